@@ -1,0 +1,21 @@
+"""Exception types, one per layer. Each message names the argument, the value and what was expected."""
+
+
+class TilusError(Exception):
+    """Base of every error raised by tilus-tvm."""
+
+
+class LayoutError(TilusError, ValueError):
+    """A layout operation got operands it cannot work with (shape, mode, permutation, swizzle...)."""
+
+
+class ScriptError(TilusError, ValueError):
+    """A kernel script is malformed: bad annotation, bad instruction operand, unsupported syntax."""
+
+
+class CompileError(TilusError, RuntimeError):
+    """Lowering or building a kernel failed."""
+
+
+class LaunchError(TilusError, ValueError):
+    """A kernel was launched with arguments that do not fit its signature (count, dtype, device)."""

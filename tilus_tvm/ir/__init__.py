@@ -1,0 +1,1 @@
+"""The tile IR: tensors, instructions, functions."""

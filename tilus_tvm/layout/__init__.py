@@ -12,4 +12,5 @@ from tilus_tvm.layout.register import (
     repeat,
     spatial,
 )
+from tilus_tvm.layout.swizzle import Swizzle
 from tilus_tvm.layout.visualize import visualize_layout

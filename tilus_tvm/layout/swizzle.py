@@ -24,7 +24,7 @@ class Swizzle:
     """``Swizzle(bits, base, shift)``: CuTe's ``Swizzle<B, M, S>``.
 
     >>> Swizzle(3, 3, 3)(0b001_000_101)
-    13
+    77
     """
 
     bits: int

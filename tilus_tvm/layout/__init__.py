@@ -12,5 +12,16 @@ from tilus_tvm.layout.register import (
     repeat,
     spatial,
 )
+from tilus_tvm.layout.register_ops import (
+    auto_local_spatial,
+    concat,
+    divide,
+    flatten,
+    permute,
+    reduce,
+    reshape,
+    squeeze,
+    unsqueeze,
+)
 from tilus_tvm.layout.swizzle import Swizzle
 from tilus_tvm.layout.visualize import visualize_layout

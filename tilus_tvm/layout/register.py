@@ -286,6 +286,12 @@ class RegisterLayout:
     def __mul__(self, inner: RegisterLayout) -> RegisterLayout:
         return compose(self, inner)
 
+    def __truediv__(self, inner: RegisterLayout) -> RegisterLayout:
+        """``self / inner`` is :func:`~tilus_tvm.layout.register_ops.divide`: ``(a * b) / b == a``."""
+        from tilus_tvm.layout.register_ops import divide  # register_ops builds on this module
+
+        return divide(self, inner)
+
 
 def register_layout(shape: Sequence[int], mode_shape: Sequence[int], spatial_modes: Sequence[int],
                     local_modes: Sequence[int]) -> RegisterLayout:

@@ -1,0 +1,397 @@
+"""Operations on register layouts (seed 000, "Operations on Layouts").
+
+Each operation treats a layout as a tensor whose elements are lists of ``(thread, local)``
+pairs and returns a new :class:`RegisterLayout` in canonical form:
+
+- transformations keep every element's holders and only change the tensor's shape or
+  indexing: :func:`squeeze`, :func:`unsqueeze`, :func:`permute`, :func:`reshape`, :func:`flatten`;
+- :func:`concat` puts two layouts side by side in new dimensions (:func:`compose`, its partner,
+  lives in ``register.py``), :func:`divide` undoes :func:`compose`;
+- :func:`reduce` turns the threads of reduced dimensions into replicas;
+- :func:`auto_local_spatial` builds a ``local(...).spatial(...)`` layout for a thread count.
+
+Operations that must cut a mode in two (``reshape``, ``divide``) work on :class:`_Modes`, a
+mutable, non-canonical copy of a layout's modes; cutting a mode of size ``a * b`` into a major
+mode ``a`` and a minor mode ``b`` wherever it appears never changes the mapping, because the
+digit of the whole mode is ``major * b + minor`` both in the index and in the thread/local id.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from tilus_tvm.errors import LayoutError
+from tilus_tvm.layout.register import RegisterLayout, compose, local, spatial
+
+
+# ---- argument checks ---------------------------------------------------------------------------
+def _check_layout(layout: object, op: str, name: str = "layout") -> None:
+    if not isinstance(layout, RegisterLayout):
+        raise LayoutError(f"{op}: {name} must be a RegisterLayout, got {type(layout).__name__} {layout!r}")
+
+
+def _normalize_dims(dims: int | Sequence[int], ndim: int, op: str, layout: RegisterLayout | None) -> list[int]:
+    """Dimensions in ``[0, ndim)``, negative ones counted from the end (as torch does); no repeats."""
+    if isinstance(dims, int):
+        dims = [dims]
+    where = f"layout {layout}" if layout is not None else f"a result of rank {ndim}"
+    result = []
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise LayoutError(f"{op}: dims must hold Python ints, got {d!r} in {list(dims)}")
+        if not -ndim <= d < ndim:
+            raise LayoutError(f"{op}: dim {d} is out of range [{-ndim}, {ndim}) for {where}")
+        result.append(d % ndim)
+    if len(set(result)) != len(result):
+        raise LayoutError(f"{op}: dims {list(dims)} name a dimension twice (for {where})")
+    return result
+
+
+def _check_shape(shape: Sequence[int], op: str) -> list[int]:
+    if isinstance(shape, int):
+        shape = [shape]
+    shape = list(shape)
+    for s in shape:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise LayoutError(f"{op}: shape entries must be positive ints, got {shape}")
+    return shape
+
+
+def _with_shape(layout: RegisterLayout, shape: Sequence[int]) -> RegisterLayout:
+    """The same modes under a shape that differs from ``layout.shape`` only by size-1 dimensions
+    (those own no modes in canonical form)."""
+    return RegisterLayout(shape, layout.mode_shape, layout.spatial_modes, layout.local_modes)
+
+
+# ---- a mutable copy of a layout's modes, for splitting -----------------------------------------
+class _Modes:
+    """Modes of a layout by id, with ``size``; ``groups[d]`` lists the modes of dimension ``d``
+    (major to minor), ``spatial`` and ``local`` the thread and register digits (most significant
+    first). Replications get ids too, recorded in ``replications``."""
+
+    def __init__(self, layout: RegisterLayout):
+        self.size = dict(enumerate(layout.mode_shape))
+        self.groups = [list(group) for group in layout.grouped_modes]
+        self.replications: set[int] = set()
+        self.spatial: list[int] = []
+        for m in layout.spatial_modes:
+            if m < 0:
+                m = self._new_id(-m)
+                self.replications.add(m)
+            self.spatial.append(m)
+        self.local = list(layout.local_modes)
+
+    def _new_id(self, size: int) -> int:
+        mode = len(self.size)
+        self.size[mode] = size
+        return mode
+
+    def split(self, mode: int, minor_size: int) -> None:
+        """Replace ``mode`` by a major mode of size ``size / minor_size`` and a minor one of
+        ``minor_size``, in every list it appears in."""
+        major = self._new_id(self.size[mode] // minor_size)
+        minor = self._new_id(minor_size)
+        if mode in self.replications:
+            self.replications |= {major, minor}
+        for entries in (*self.groups, self.spatial, self.local):
+            if mode in entries:
+                at = entries.index(mode)
+                entries[at : at + 1] = [major, minor]
+
+    def cut(self, entries: list[int], product: int) -> bool:
+        """Split (at most) one entry so that ``product`` is the product of a suffix of ``entries``;
+        False when no split can do it."""
+        acc = 1
+        for mode in reversed(entries):
+            if acc == product:
+                return True
+            size = self.size[mode]
+            if acc * size > product:
+                if product % acc or size % (product // acc):
+                    return False
+                self.split(mode, product // acc)
+                return True
+            acc *= size
+        return acc == product
+
+    def take_suffix(self, entries: list[int], product: int) -> tuple[list[int], list[int]]:
+        """``entries`` as ``(prefix, suffix)`` where the suffix multiplies to ``product``
+        (the caller has made ``product`` a suffix product with :meth:`cut`)."""
+        at, acc = len(entries), 1
+        while acc < product:
+            at -= 1
+            acc *= self.size[entries[at]]
+        return entries[:at], entries[at:]
+
+    def to_layout(self, shape: Sequence[int], groups: Sequence[Sequence[int]], spatial_ids: Sequence[int],
+                  local_ids: Sequence[int]) -> RegisterLayout:
+        number = {mode: n for n, mode in enumerate(m for group in groups for m in group)}
+        return RegisterLayout(
+            shape=shape,
+            mode_shape=[self.size[m] for group in groups for m in group],
+            spatial_modes=[-self.size[m] if m in self.replications else number[m] for m in spatial_ids],
+            local_modes=[number[m] for m in local_ids],
+        )
+
+
+def _suffix_products(sizes: Sequence[int]) -> list[int]:
+    """``prod(sizes[i:])`` for every ``i`` (the cut points of a row-major mixed radix)."""
+    return [math.prod(sizes[i:]) for i in range(len(sizes))]
+
+
+# ---- shape transformations ---------------------------------------------------------------------
+def squeeze(layout: RegisterLayout, dims: int | Sequence[int]) -> RegisterLayout:
+    """Remove the size-1 dimensions ``dims``; every element keeps its holders.
+
+    >>> squeeze(spatial(1, 4), dims=[0])
+    RegisterLayout(shape=[4], mode_shape=[4], spatial_modes=[0], local_modes=[])
+    """
+    _check_layout(layout, "squeeze")
+    dims = _normalize_dims(dims, len(layout.shape), "squeeze", layout)
+    for d in dims:
+        if layout.shape[d] != 1:
+            raise LayoutError(f"squeeze: dimension {d} of layout {layout} has size {layout.shape[d]}, "
+                              f"only size-1 dimensions can be squeezed")
+    return _with_shape(layout, [s for d, s in enumerate(layout.shape) if d not in dims])
+
+
+def unsqueeze(layout: RegisterLayout, dims: int | Sequence[int]) -> RegisterLayout:
+    """Insert size-1 dimensions; ``dims`` are their positions in the result (rank
+    ``len(layout.shape) + len(dims)``). Every element keeps its holders.
+
+    >>> unsqueeze(spatial(4), dims=[0])
+    RegisterLayout(shape=[1, 4], mode_shape=[4], spatial_modes=[0], local_modes=[])
+    """
+    _check_layout(layout, "unsqueeze")
+    count = 1 if isinstance(dims, int) else len(dims)
+    dims = _normalize_dims(dims, len(layout.shape) + count, "unsqueeze", None)
+    rest = iter(layout.shape)
+    return _with_shape(layout, [1 if d in dims else next(rest) for d in range(len(layout.shape) + len(dims))])
+
+
+def permute(layout: RegisterLayout, dims: Sequence[int]) -> RegisterLayout:
+    """Reorder the dimensions: dimension ``i`` of the result is dimension ``dims[i]`` of ``layout``,
+
+        permute(layout, dims).holders(*index) == layout.holders(*unpermuted(index))
+
+    where ``unpermuted(index)[dims[i]] = index[i]``. Threads and registers do not move.
+
+    >>> permute(local(2, 3), dims=[1, 0])
+    RegisterLayout(shape=[3, 2], mode_shape=[3, 2], spatial_modes=[], local_modes=[1, 0])
+    """
+    _check_layout(layout, "permute")
+    ndim = len(layout.shape)
+    dims_list = _normalize_dims(dims, ndim, "permute", layout)
+    if len(dims_list) != ndim:
+        raise LayoutError(f"permute: dims {list(dims)} must be a permutation of 0..{ndim - 1} for layout {layout}")
+    groups = [layout.grouped_modes[d] for d in dims_list]
+    number = {mode: n for n, mode in enumerate(m for group in groups for m in group)}
+    return RegisterLayout(
+        shape=[layout.shape[d] for d in dims_list],
+        mode_shape=[layout.mode_shape[m] for group in groups for m in group],
+        spatial_modes=[number[m] if m >= 0 else m for m in layout.spatial_modes],
+        local_modes=[number[m] for m in layout.local_modes],
+    )
+
+
+def reshape(layout: RegisterLayout, shape: Sequence[int]) -> RegisterLayout:
+    """Reinterpret the tile under a new ``shape`` of the same size, both read row-major:
+    the element at ``index`` of the result is the element at ``unravel(ravel(index, shape),
+    layout.shape)`` of ``layout``, with the same holders.
+
+    The modes, read in order, are the digits of the row-major flat index; each boundary of the
+    new dimensions (a suffix product of ``shape``) must fall between modes or inside a mode it
+    divides, which is then split. Otherwise no register layout can express the result.
+
+    >>> reshape(spatial(6).local(4), [2, 12])  # the boundary at 12 cuts mode 6 into 2 x 3
+    RegisterLayout(shape=[2, 12], mode_shape=[2, 3, 4], spatial_modes=[0, 1], local_modes=[2])
+    """
+    _check_layout(layout, "reshape")
+    shape = _check_shape(shape, "reshape")
+    if math.prod(shape) != layout.size:
+        raise LayoutError(f"reshape: cannot reshape layout {layout} of {layout.size} elements to shape {shape} "
+                          f"of {math.prod(shape)} elements")
+    modes = _Modes(layout)
+    for product in _suffix_products(shape):
+        if not modes.cut([m for group in modes.groups for m in group], product):
+            raise LayoutError(f"reshape: cannot reshape layout {layout} to shape {shape}: the boundary at "
+                              f"{product} elements (a suffix product of {shape}) cuts a mode of "
+                              f"mode_shape {list(layout.mode_shape)} unevenly")
+    flat = [m for group in modes.groups for m in group]
+    groups = []
+    for extent in reversed(shape):
+        flat, group = modes.take_suffix(flat, extent)
+        groups.append(group)
+    return modes.to_layout(shape, groups[::-1], modes.spatial, modes.local)
+
+
+def flatten(layout: RegisterLayout, start_dim: int = 0, end_dim: int = -1) -> RegisterLayout:
+    """Merge dimensions ``start_dim..end_dim`` (inclusive, negative counted from the end) into one:
+    ``reshape(layout, shape[:start] + [prod(shape[start:end + 1])] + shape[end + 1:])``. Always
+    possible; a 0-d layout becomes 1-d.
+
+    >>> flatten(spatial(2, 3).local(2, 2))
+    RegisterLayout(shape=[24], mode_shape=[2, 2, 3, 2], spatial_modes=[0, 2], local_modes=[1, 3])
+    """
+    _check_layout(layout, "flatten")
+    shape = list(layout.shape)
+    if not shape:
+        return reshape(layout, [1])
+    start, end = _normalize_dims([start_dim], len(shape), "flatten", layout) + _normalize_dims(
+        [end_dim], len(shape), "flatten", layout)
+    if start > end:
+        raise LayoutError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for layout {layout}")
+    return reshape(layout, shape[:start] + [math.prod(shape[start : end + 1])] + shape[end + 1 :])
+
+
+# ---- combining layouts -------------------------------------------------------------------------
+def concat(lhs: RegisterLayout, rhs: RegisterLayout) -> RegisterLayout:
+    """Put the dimensions of ``rhs`` after those of ``lhs``, each of its tiles under each element
+    of ``lhs``: for ``index = (i, j)`` with ``i`` an index of lhs and ``j`` one of rhs,
+
+        shape         = lhs.shape + rhs.shape
+        thread(i, j)  = thread_lhs(i) * rhs.num_threads + thread_rhs(j)
+        local(i, j)   = local_lhs(i) * rhs.local_size + local_rhs(j)
+
+    >>> concat(spatial(2), local(3))
+    RegisterLayout(shape=[2, 3], mode_shape=[2, 3], spatial_modes=[0], local_modes=[1])
+    """
+    _check_layout(lhs, "concat", "lhs")
+    _check_layout(rhs, "concat", "rhs")
+    offset = len(lhs.mode_shape)
+
+    def shifted(modes: Sequence[int]) -> list[int]:
+        return [m + offset if m >= 0 else m for m in modes]
+
+    return RegisterLayout(
+        shape=lhs.shape + rhs.shape,
+        mode_shape=lhs.mode_shape + rhs.mode_shape,
+        spatial_modes=list(lhs.spatial_modes) + shifted(rhs.spatial_modes),
+        local_modes=list(lhs.local_modes) + shifted(rhs.local_modes),
+    )
+
+
+def divide(lhs: RegisterLayout, rhs: RegisterLayout) -> RegisterLayout:
+    """The layout ``result`` with ``compose(result, rhs) == lhs`` (``lhs / rhs``).
+
+    :func:`compose` puts, per dimension, the modes of ``rhs`` after (minor to) those of the outer
+    layout, and its spatial and local lists after the outer ones. So ``lhs`` is divisible by
+    ``rhs`` when, after cutting modes at the boundaries ``rhs`` implies, each dimension of ``lhs``
+    ends with the modes of ``rhs``, and ``lhs.spatial_modes`` / ``lhs.local_modes`` end with
+    ``rhs.spatial_modes`` / ``rhs.local_modes``; what precedes is the result:
+
+        result.shape = lhs.shape / rhs.shape   (per dimension)
+
+    >>> divide(local(3, 4).spatial(2, 3), spatial(2, 3))
+    RegisterLayout(shape=[3, 4], mode_shape=[3, 4], spatial_modes=[], local_modes=[0, 1])
+    """
+    _check_layout(lhs, "divide", "lhs")
+    _check_layout(rhs, "divide", "rhs")
+
+    def fail(reason: str) -> LayoutError:
+        return LayoutError(f"divide: cannot divide lhs {lhs} by rhs {rhs}: {reason}")
+
+    if len(lhs.shape) != len(rhs.shape):
+        raise fail(f"rank {len(lhs.shape)} vs {len(rhs.shape)}")
+    for d, (a, b) in enumerate(zip(lhs.shape, rhs.shape)):
+        if a % b:
+            raise fail(f"dimension {d} of size {a} is not a multiple of {b}")
+    for what, a, b in (("threads", lhs.num_threads, rhs.num_threads), ("registers", lhs.local_size, rhs.local_size)):
+        if a % b:
+            raise fail(f"lhs has {a} {what}, not a multiple of rhs's {b}")
+
+    modes = _Modes(lhs)
+    for d, rhs_group in enumerate(rhs.grouped_modes):
+        for product in _suffix_products([rhs.mode_shape[m] for m in rhs_group]):
+            if not modes.cut(modes.groups[d], product):
+                raise fail(f"the modes of dimension {d} cannot be cut to end with the modes of rhs")
+    for what, entries, sizes in (("spatial", modes.spatial, rhs.spatial_shape),
+                                 ("local", modes.local, rhs.local_shape)):
+        for product in _suffix_products(sizes):
+            if not modes.cut(entries, product):
+                raise fail(f"the {what} modes cannot be cut to end with {what} sizes {list(sizes)}")
+
+    # the lhs modes that make up each mode of rhs, and the outer modes of each dimension
+    inner_of: dict[int, list[int]] = {}
+    outer_groups = []
+    for d, rhs_group in enumerate(rhs.grouped_modes):
+        group = modes.groups[d]
+        for m in reversed(rhs_group):
+            group, inner_of[m] = modes.take_suffix(group, rhs.mode_shape[m])
+        outer_groups.append(group)
+
+    outer_lists = []
+    for what, entries, rhs_modes in (("spatial", modes.spatial, rhs.spatial_modes),
+                                     ("local", modes.local, rhs.local_modes)):
+        for m in reversed(rhs_modes):
+            size = rhs.mode_shape[m] if m >= 0 else -m
+            entries, run = modes.take_suffix(entries, size)
+            matches = (run == inner_of[m]) if m >= 0 else all(r in modes.replications for r in run)
+            if not matches:
+                expected = f"mode {m} of rhs" if m >= 0 else f"a replication of {-m}"
+                raise fail(f"the {what} modes of lhs do not end like those of rhs: where rhs has {expected}, "
+                           f"lhs has something else")
+        outer_lists.append(entries)
+    shape = [a // b for a, b in zip(lhs.shape, rhs.shape)]
+    return modes.to_layout(shape, outer_groups, *outer_lists)
+
+
+def reduce(layout: RegisterLayout, dims: int | Sequence[int], keepdims: bool = False) -> RegisterLayout:
+    """The layout of the result of reducing ``layout``'s tile over ``dims``: the threads that held
+    a reduced row now all hold its result. Each spatial mode of a reduced dimension becomes a
+    replication of its size, in place in ``spatial_modes``; each local mode of a reduced dimension
+    is dropped; the reduced dimensions are removed (or kept with size 1 when ``keepdims``). So
+
+        result.num_threads == layout.num_threads
+        result.num_replicas == layout.num_replicas * prod(sizes of the reduced spatial modes)
+
+    >>> reduce(spatial(3, 4), dims=[0])
+    RegisterLayout(shape=[4], mode_shape=[4], spatial_modes=[-3, 0], local_modes=[])
+    """
+    _check_layout(layout, "reduce")
+    dims = _normalize_dims(dims, len(layout.shape), "reduce", layout)
+    reduced = {m for d in dims for m in layout.grouped_modes[d]}
+    kept = [m for m in range(len(layout.mode_shape)) if m not in reduced]
+    number = {m: n for n, m in enumerate(kept)}
+    if keepdims:
+        shape = [1 if d in dims else s for d, s in enumerate(layout.shape)]
+    else:
+        shape = [s for d, s in enumerate(layout.shape) if d not in dims]
+    return RegisterLayout(
+        shape=shape,
+        mode_shape=[layout.mode_shape[m] for m in kept],
+        spatial_modes=[m if m < 0 else -layout.mode_shape[m] if m in reduced else number[m]
+                       for m in layout.spatial_modes],
+        local_modes=[number[m] for m in layout.local_modes if m not in reduced],
+    )
+
+
+# ---- construction ------------------------------------------------------------------------------
+def auto_local_spatial(num_threads: int, shape: Sequence[int]) -> RegisterLayout:
+    """A ``local(...).spatial(...)`` layout of ``shape`` over exactly ``num_threads`` threads.
+
+    Threads are handed out from the innermost dimension outwards, ``spatial[d] =
+    gcd(threads left, shape[d])``, so consecutive threads hold consecutive elements of the last
+    dimension (coalesced accesses); the rest of each dimension is local. When there are more
+    threads than elements, the surplus ``num_threads / prod(shape)`` is a replication, the most
+    significant digit of the thread id. One of ``num_threads`` and ``prod(shape)`` must divide
+    the other.
+
+    >>> auto_local_spatial(8, [4, 6])  # local(1, 3).spatial(4, 2)
+    RegisterLayout(shape=[4, 6], mode_shape=[4, 3, 2], spatial_modes=[0, 2], local_modes=[1])
+    """
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise LayoutError(f"auto_local_spatial: num_threads must be a positive int, got {num_threads!r}")
+    shape = _check_shape(shape, "auto_local_spatial")
+    size = math.prod(shape)
+    if size % num_threads and num_threads % size:
+        raise LayoutError(f"auto_local_spatial: {num_threads} threads cannot share shape {shape} of {size} "
+                          f"elements evenly: neither divides the other")
+    threads_left = num_threads
+    spatial_shape = [1] * len(shape)
+    for d in reversed(range(len(shape))):
+        spatial_shape[d] = math.gcd(threads_left, shape[d])
+        threads_left //= spatial_shape[d]
+    layout = compose(local(*[s // t for s, t in zip(shape, spatial_shape)]), spatial(*spatial_shape))
+    return RegisterLayout(layout.shape, layout.mode_shape, (-threads_left,) + layout.spatial_modes,
+                          layout.local_modes)

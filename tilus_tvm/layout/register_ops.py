@@ -328,9 +328,9 @@ def divide(lhs: RegisterLayout, rhs: RegisterLayout) -> RegisterLayout:
             entries, run = modes.take_suffix(entries, size)
             matches = (run == inner_of[m]) if m >= 0 else all(r in modes.replications for r in run)
             if not matches:
-                expected = f"mode {m} of rhs" if m >= 0 else f"a replication of {-m}"
-                raise fail(f"the {what} modes of lhs do not end like those of rhs: where rhs has {expected}, "
-                           f"lhs has something else")
+                entry = f"mode {m} (size {size})" if m >= 0 else f"replication {m}"
+                raise fail(f"the {what} modes of lhs do not end like those of rhs: rhs's {entry} does not line "
+                           f"up with the same modes of lhs")
         outer_lists.append(entries)
     shape = [a // b for a, b in zip(lhs.shape, rhs.shape)]
     return modes.to_layout(shape, outer_groups, *outer_lists)

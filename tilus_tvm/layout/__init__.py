@@ -1,6 +1,14 @@
 """Layout algebra: register layouts (Tilus), shared layouts and swizzles, CuTe layouts,
 tensor-core operand atoms. Plain Python; only ``to_tir`` imports TVM."""
 from tilus_tvm.errors import LayoutError
+from tilus_tvm.layout.atoms import (
+    LdmatrixAtom,
+    MmaAtom,
+    get_ldmatrix_atom,
+    get_mma_atom,
+    ldmatrix_layout,
+    mma_atoms,
+)
 from tilus_tvm.layout.register import (
     RegisterLayout,
     column_local,
@@ -22,6 +30,16 @@ from tilus_tvm.layout.register_ops import (
     reshape,
     squeeze,
     unsqueeze,
+)
+from tilus_tvm.layout.shared import (
+    BankConflicts,
+    SharedLayout,
+    bank_conflicts,
+    shared_column_major,
+    shared_padded,
+    shared_row_major,
+    shared_strides,
+    swizzled,
 )
 from tilus_tvm.layout.swizzle import Swizzle
 from tilus_tvm.layout.visualize import visualize_layout

@@ -6,6 +6,7 @@ The formulas below are written out from the PTX ISA sections "Matrix Fragments f
 (row, col) of fragment element ``i`` held by ``lane``. ``groupID = lane >> 2``,
 ``threadID_in_group = lane % 4``.
 """
+import doctest
 import itertools
 
 import pytest
@@ -277,3 +278,10 @@ def test_warp_layouts_use_32_threads_without_replication():
     for atom in mma_atoms():
         for layout in (atom.a_layout, atom.b_layout, atom.c_layout):
             assert layout.num_threads == 32 and not layout.is_replicated
+
+
+def test_docstring_examples():
+    from tilus_tvm.layout import atoms as module
+
+    results = doctest.testmod(module)
+    assert results.attempted > 0 and results.failed == 0

@@ -1,4 +1,5 @@
 """Shared layouts: strided offsets, swizzles and their fit checks, the bank-conflict model."""
+import doctest
 import itertools
 import math
 
@@ -285,3 +286,10 @@ def test_bank_conflicts_errors():
     broken = shared_row_major(8, 64).swizzled(Swizzle(3, 1, 5))
     with pytest.raises(LayoutError, match="contiguous offsets"):
         bank_conflicts(broken, [((1, 0), 8)], 16)
+
+
+def test_docstring_examples():
+    from tilus_tvm.layout import shared as module
+
+    results = doctest.testmod(module)
+    assert results.attempted > 0 and results.failed == 0

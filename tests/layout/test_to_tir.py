@@ -1,4 +1,5 @@
 """Layouts as TVM IndexMaps: every map evaluated at every point and compared with the Python mapping."""
+import doctest
 import itertools
 
 import pytest
@@ -210,3 +211,10 @@ def test_bijective_register_map_drives_transform_layout():
     script = sch.mod["main"].script()
     assert 'T.sblock_alloc_buffer((32, 8), "float16")' in script  # (thread, local)
     assert "staged[vi % 8 * 4 + vj % 8 // 2, vj // 8 * 4 + vi // 8 * 2 + vj % 2] = a[vi, vj]" in script
+
+
+def test_docstring_examples():
+    from tilus_tvm.layout import to_tir as module
+
+    results = doctest.testmod(module)
+    assert results.attempted > 0 and results.failed == 0

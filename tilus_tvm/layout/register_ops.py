@@ -357,11 +357,16 @@ def reduce(layout: RegisterLayout, dims: int | Sequence[int], keepdims: bool = F
         shape = [1 if d in dims else s for d, s in enumerate(layout.shape)]
     else:
         shape = [s for d, s in enumerate(layout.shape) if d not in dims]
+
+    def spatial_entry(m: int) -> int:
+        if m < 0:
+            return m  # an existing replication stays
+        return -layout.mode_shape[m] if m in reduced else number[m]
+
     return RegisterLayout(
         shape=shape,
         mode_shape=[layout.mode_shape[m] for m in kept],
-        spatial_modes=[m if m < 0 else -layout.mode_shape[m] if m in reduced else number[m]
-                       for m in layout.spatial_modes],
+        spatial_modes=[spatial_entry(m) for m in layout.spatial_modes],
         local_modes=[number[m] for m in layout.local_modes if m not in reduced],
     )
 

@@ -1,5 +1,16 @@
-"""tilus-tvm: a tile-level GPU kernel language on Apache TVM."""
-from tilus_tvm import layout
+"""tilus-tvm: a tile-level GPU kernel language on Apache TVM.
+
+    import tilus_tvm as tilus
+    from tilus_tvm import float16, float32, int32
+
+    class MyKernel(tilus.Script):
+        def __call__(self, n: int32, x: ~float32): ...
+"""
+from tilus_tvm import layout, utils
+from tilus_tvm.dtypes import (DataType, PointerType, bfloat16, boolean, float16, float32, float64, int8, int16,
+                              int32, int64, uint8, uint16, uint32, uint64)
 from tilus_tvm.errors import CompileError, LaunchError, LayoutError, ScriptError, TilusError
+from tilus_tvm.lang.script import Script
+from tilus_tvm.runtime.cache import set_cache_dir
 
 __version__ = "0.1.0"

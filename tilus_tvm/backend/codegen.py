@@ -1,0 +1,126 @@
+"""Tile IR -> TVM TIR ``PrimFunc`` (non-block ``tirx`` form).
+
+One kernel is one PrimFunc: pointer parameters are flat buffers (any tensor's storage), run-time
+scalars are scalar parameters, ``blockIdx``/``threadIdx`` are bound with ``thread_extent``
+attributes. Register tensors become per-thread ``local`` arrays declared at the top of the
+kernel; shared tensors are typed views of one ``shared.dyn`` pool. Statements map one to one;
+instructions go to the emitter registered for their type (``backend/emit_*.py``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as Tb
+
+from tilus_tvm.backend import emit_compute, emit_dot, emit_memory  # noqa: F401 - register the emitters
+from tilus_tvm.backend.context import EMITTERS, CodegenContext
+from tilus_tvm.errors import CompileError
+from tilus_tvm.ir.scalar import expr_dtype
+from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, DeclareScalar, ForStmt, Function, IfStmt, InstStmt,
+                               SeqStmt, Stmt, instructions)
+from tilus_tvm.ir.tensor import RegisterTensor
+from tilus_tvm.passes.shared_memory import SharedMemoryPlan
+
+BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+
+
+def block_iter_vars() -> tuple[tirx.IterVar, ...]:
+    """Fresh IterVars for blockIdx.x/y/z; the frontend hands their vars to the kernel body."""
+    return tuple(tirx.IterVar(None, tirx.Var(tag, "int32"), tirx.IterVar.ThreadIndex, tag) for tag in BLOCK_TAGS)
+
+
+def _emit_seq(ctx: CodegenContext, seq: SeqStmt) -> None:
+    for stmt in seq.stmts:
+        _emit_stmt(ctx, stmt)
+
+
+def _emit_inst(ctx: CodegenContext, stmt: InstStmt) -> None:
+    emit = EMITTERS.get(type(stmt.inst))
+    if emit is None:
+        raise CompileError(f"no code generator for instruction {type(stmt.inst).__name__}")
+    emit(ctx, stmt.inst)
+
+
+def _emit_for(ctx: CodegenContext, stmt: ForStmt) -> None:
+    start, stop, step = stmt.start, stmt.stop, stmt.step
+    count = (stop - start + step - 1) // step if not (isinstance(step, int) and step == 1) else stop - start
+    kind = Tb.unroll if stmt.unroll else Tb.serial
+    with kind(0, count, dtype=expr_dtype(stmt.var)) as i:
+        value = i if (isinstance(start, int) and start == 0 and isinstance(step, int) and step == 1) \
+            else start + i * step
+        Tb.bind(value, var=stmt.var)
+        _emit_seq(ctx, stmt.body)
+
+
+def _emit_if(ctx: CodegenContext, stmt: IfStmt) -> None:
+    with Tb.If(stmt.cond):
+        with Tb.Then():
+            _emit_seq(ctx, stmt.then_body)
+        if stmt.else_body is not None:
+            with Tb.Else():
+                _emit_seq(ctx, stmt.else_body)
+
+
+def _emit_bind(ctx: CodegenContext, stmt: BindScalar) -> None:
+    Tb.bind(stmt.value, var=stmt.var)
+
+
+def _emit_declare(ctx: CodegenContext, stmt: DeclareScalar) -> None:
+    Tb.add_to_parent(tirx.AllocBuffer(stmt.buffer))
+    if stmt.value is not None:
+        Tb.buffer_store(stmt.buffer, stmt.value, [0])
+
+
+def _emit_assign_scalar(ctx: CodegenContext, stmt: AssignScalar) -> None:
+    Tb.buffer_store(stmt.buffer, stmt.value, [0])
+
+
+STATEMENTS: dict[type, Callable] = {
+    SeqStmt: _emit_seq, InstStmt: _emit_inst, ForStmt: _emit_for, IfStmt: _emit_if, BindScalar: _emit_bind,
+    DeclareScalar: _emit_declare, AssignScalar: _emit_assign_scalar,
+}
+
+
+def _emit_stmt(ctx: CodegenContext, stmt: Stmt) -> None:
+    STATEMENTS[type(stmt)](ctx, stmt)
+
+
+def _register_tensors(func: Function) -> list[RegisterTensor]:
+    seen: dict[int, RegisterTensor] = {}
+    for inst in instructions(func.body):
+        for t in [inst.defined, *inst.operands()]:
+            if isinstance(t, RegisterTensor):
+                seen.setdefault(id(t), t)
+    return list(seen.values())
+
+
+def generate(func: Function, plan: SharedMemoryPlan) -> tirx.PrimFunc:
+    """Generate the PrimFunc of ``func`` (layouts inferred, shared memory planned)."""
+    thread_iv = tirx.IterVar(None, tirx.Var("threadIdx.x", "int32"), tirx.IterVar.ThreadIndex, "threadIdx.x")
+    ctx = CodegenContext(func, plan, thread_iv.var)
+    with IRBuilder() as ib:
+        with Tb.prim_func():
+            Tb.func_name(func.name)
+            for param in func.params:
+                if param.kind == "scalar":
+                    Tb.arg(param.name, param.var)
+                elif param.kind == "pointer":
+                    Tb.arg(param.name, param.buffer)
+            Tb.func_attr({"tirx.noalias": True})
+            frames = []
+            for iv, extent in zip(func.block_vars, list(func.blocks) + [1] * (3 - len(func.blocks))):
+                frames.append(Tb.attr(iv, "thread_extent", extent))
+            frames.append(Tb.attr(thread_iv, "thread_extent", func.num_threads))
+            for frame in frames:
+                frame.__enter__()
+            if plan.size:
+                ctx.pool = Tb.alloc_buffer((plan.size,), "uint8", scope="shared.dyn")
+                IRBuilder.name("smem", ctx.pool)
+            for tensor in _register_tensors(func):
+                Tb.add_to_parent(tirx.AllocBuffer(ctx.declare_register(tensor)))
+            _emit_seq(ctx, func.body)
+            for frame in reversed(frames):
+                frame.__exit__(None, None, None)
+    return ib.get()

@@ -1,0 +1,152 @@
+"""What every emitter needs while a kernel is generated: the TIR buffers behind each tensor, the
+thread index, the shared-memory plan, and the index arithmetic shared by all emitters."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as Tb
+
+from tilus_tvm.dtypes import DataType
+from tilus_tvm.errors import CompileError
+from tilus_tvm.ir.scalar import expr_dtype
+from tilus_tvm.ir.stmt import Function
+from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
+from tilus_tvm.layout.register import RegisterLayout, row_major_ravel, row_major_unravel
+from tilus_tvm.passes.shared_memory import SharedMemoryPlan
+
+EMITTERS: dict[type, Callable] = {}
+
+
+def emitter(inst_type: type) -> Callable:
+    """Register the function that generates TIR for one instruction type."""
+
+    def register(fn: Callable) -> Callable:
+        EMITTERS[inst_type] = fn
+        return fn
+
+    return register
+
+
+def const(value: Any, dtype: DataType | str):
+    """``value`` (Python number or PrimExpr) as an expression of ``dtype``."""
+    name = dtype if isinstance(dtype, str) else dtype.name
+    if isinstance(value, (bool, int, float)):
+        return tirx.const(value, name)
+    return value if expr_dtype(value) == name else tirx.Cast(name, value)
+
+
+class CodegenContext:
+    def __init__(self, func: Function, plan: SharedMemoryPlan, thread_var: tirx.Var):
+        self.func = func
+        self.plan = plan
+        self.tx = thread_var
+        self.pool = None  # the uint8 dynamic shared-memory pool, if any
+        self.registers: dict[int, tirx.Buffer] = {}
+        self.views: dict[int, tirx.Buffer] = {}
+
+    # --- buffers --------------------------------------------------------------------------------
+    def declare_register(self, tensor: RegisterTensor) -> tirx.Buffer:
+        if id(tensor) not in self.registers:
+            if tensor.layout is None:
+                raise CompileError(f"register tensor {tensor.describe()} reached code generation without a layout")
+            buffer = tirx.decl_buffer((tensor.layout.local_size,), tensor.dtype.name, tensor.name, scope="local")
+            self.registers[id(tensor)] = buffer
+        return self.registers[id(tensor)]
+
+    def reg(self, tensor: RegisterTensor) -> tirx.Buffer:
+        return self.registers[id(tensor)]
+
+    def view(self, tensor: GlobalTensor | SharedTensor) -> tirx.Buffer:
+        if id(tensor) not in self.views:
+            raise CompileError(f"{tensor.describe()} is used before it is declared")
+        return self.views[id(tensor)]
+
+    def declare_global_view(self, tensor: GlobalTensor) -> None:
+        flat = tensor.pointer.buffer
+        buffer = Tb.decl_buffer(list(tensor.shape), tensor.dtype.name, data=flat.data, strides=list(tensor.strides))
+        IRBuilder.name(tensor.name, buffer)
+        self.views[id(tensor)] = buffer
+
+    def shared_view(self, byte_offset: int, dtype: DataType, num_elements: int, name: str) -> tirx.Buffer:
+        """A 1-D typed view of the shared-memory pool."""
+        if byte_offset % dtype.nbytes:
+            raise CompileError(f"shared offset {byte_offset} is not aligned for {dtype.name}")
+        buffer = Tb.decl_buffer((num_elements,), dtype.name, data=self.pool.data,
+                                elem_offset=byte_offset // dtype.nbytes, scope="shared.dyn")
+        IRBuilder.name(name, buffer)
+        return buffer
+
+    def declare_shared(self, tensor: SharedTensor) -> None:
+        self.views[id(tensor)] = self.shared_view(self.plan.offset_of(tensor), tensor.dtype, tensor.layout.cosize,
+                                                  tensor.name)
+
+    # --- control helpers ------------------------------------------------------------------------
+    def guarded(self, cond) -> Any:
+        """``with ctx.guarded(cond):`` — a run-time condition, skipped when it is the constant True."""
+        return _Guard(cond)
+
+    def owner_condition(self, layout: RegisterLayout):
+        """True in the threads that write a tensor of ``layout`` out: within the layout's threads and the
+        first replica of each element."""
+        cond = tirx.const(True, "bool")
+        if layout.num_threads < self.func.num_threads:
+            cond = tirx.And(cond, self.tx < layout.num_threads)
+        if layout.is_replicated:
+            cond = tirx.And(cond, layout.replica_of(self.tx) == 0)
+        return cond
+
+
+class _Guard:
+    def __init__(self, cond):
+        self.cond = cond
+        self.frames: list = []
+
+    def __enter__(self):
+        if isinstance(self.cond, tirx.IntImm) and self.cond.value == 1:
+            return self
+        frame = Tb.If(self.cond)
+        frame.__enter__()
+        then = Tb.Then()
+        then.__enter__()
+        self.frames = [frame, then]
+        return self
+
+    def __exit__(self, *exc):
+        for frame in reversed(self.frames):
+            frame.__exit__(*exc)
+        return False
+
+
+def broadcast_local(out_layout: RegisterLayout, operand_shape: Sequence[int], local: Any) -> Any:
+    """The register slot of a broadcast operand that holds the element of ``out_layout``'s slot ``local``.
+
+    The operand's layout is ``reduce(out_layout, dims, keepdims=True)`` for its size-1 dimensions
+    ``dims``: its local modes are ``out_layout``'s minus those of ``dims``, in the same order, so its
+    slot is the output slot's digits with the digits of ``dims`` dropped.
+    """
+    dims = {d for d, (o, s) in enumerate(zip(operand_shape, out_layout.shape)) if o == 1 and s != 1}
+    if not dims:
+        return local
+    dim_of = {m: d for d, group in enumerate(out_layout.grouped_modes) for m in group}
+    digits = row_major_unravel(local, out_layout.local_shape)
+    kept = [(digit, size) for m, digit, size in zip(out_layout.local_modes, digits, out_layout.local_shape)
+            if dim_of[m] not in dims]
+    return row_major_ravel([d for d, _ in kept], [s for _, s in kept])
+
+
+def bounds_condition(coords: Sequence[Any], shape: Sequence[Any]):
+    cond = None
+    for c, extent in zip(coords, shape):
+        term = tirx.And(c >= 0, c < extent)
+        cond = term if cond is None else tirx.And(cond, term)
+    return cond if cond is not None else tirx.const(True, "bool")
+
+
+def place_tile(offsets: Sequence[Any], dims: Sequence[int], tile_index: Sequence[Any]) -> list[Any]:
+    """Coordinates in the full tensor of a tile element: ``offsets`` plus the tile index along ``dims``."""
+    coords = list(offsets)
+    for d, i in zip(dims, tile_index):
+        coords[d] = coords[d] + i
+    return coords

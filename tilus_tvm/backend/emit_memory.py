@@ -1,0 +1,156 @@
+"""Emitters of memory instructions: allocation, global and shared loads and stores.
+
+A thread handles the elements of its register slots: slot ``i`` of thread ``t`` holds the tile
+element ``layout.logical(t, i)``. Global accesses are masked against the view's shape. When the
+layout gives a thread runs of consecutive elements along a unit-stride dimension (and alignment
+is provable), accesses are vectorised up to 16 bytes.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from tvm import sym, tirx
+from tvm.script.ir_builder import tirx as Tb
+
+from tilus_tvm.backend.context import CodegenContext, bounds_condition, const, emitter, place_tile
+from tilus_tvm.ir import inst as ir
+from tilus_tvm.ir.tensor import GlobalTensor
+from tilus_tvm.layout.register import RegisterLayout
+
+MAX_VECTOR_BYTES = 16
+
+
+@emitter(ir.AllocateRegister)
+def emit_allocate_register(ctx: CodegenContext, inst: ir.AllocateRegister) -> None:
+    if inst.init is None:
+        return
+    out = inst.output
+    buf = ctx.reg(out)
+    with Tb.unroll(0, out.layout.local_size) as i:
+        if callable(inst.init):
+            value = inst.init(*out.layout.logical(ctx.tx, i))
+        else:
+            value = inst.init
+        Tb.buffer_store(buf, const(value, out.dtype), [i])
+
+
+@emitter(ir.AllocateShared)
+def emit_allocate_shared(ctx: CodegenContext, inst: ir.AllocateShared) -> None:
+    ctx.declare_shared(inst.output)
+
+
+@emitter(ir.FreeShared)
+def emit_free_shared(ctx: CodegenContext, inst: ir.FreeShared) -> None:
+    """Nothing to generate: the shared-memory plan already lets later tensors reuse the space."""
+
+
+@emitter(ir.GlobalView)
+def emit_global_view(ctx: CodegenContext, inst: ir.GlobalView) -> None:
+    ctx.declare_global_view(inst.output)
+
+
+def vector_width(layout: RegisterLayout, tensor: GlobalTensor, offsets: Sequence[Any], dims: Sequence[int]) -> int:
+    """Elements per vector access, or 1.
+
+    The innermost local mode must be the innermost mode of the tile's last dimension (so register
+    slots ``v*j .. v*j+v-1`` are consecutive elements of one row), that dimension must have stride 1
+    in global memory, and every address of a vector must be a multiple of its width: the other
+    strides, the tile offset along the vector and the view's extent there must be multiples of
+    the width (the extent so a vector is either fully inside or fully outside the view).
+    """
+    if not layout.local_modes:
+        return 1
+    last_dim = len(layout.shape) - 1
+    inner_mode = layout.local_modes[-1]
+    if layout.grouped_modes[last_dim][-1:] != (inner_mode,):
+        return 1
+    global_dim = dims[-1]
+    if not _is_one(tensor.strides[global_dim]):
+        return 1
+    width = math.gcd(layout.mode_shape[inner_mode], max(1, MAX_VECTOR_BYTES // tensor.dtype.nbytes))
+    analyzer = sym.Analyzer()
+    while width > 1:
+        multiples = [offsets[global_dim], tensor.shape[global_dim]]
+        multiples += [s for d, s in enumerate(tensor.strides) if d != global_dim]
+        if all(_divisible(analyzer, value, width) for value in multiples):
+            return width
+        width //= 2
+    return 1
+
+
+def _is_one(value: Any) -> bool:
+    return (isinstance(value, int) and value == 1) or (isinstance(value, tirx.IntImm) and value.value == 1)
+
+
+def _divisible(analyzer: sym.Analyzer, value: Any, width: int) -> bool:
+    if isinstance(value, int):
+        return value % width == 0
+    modular = analyzer.modular_set(value)
+    return modular.coeff % width == 0 and modular.base % width == 0
+
+
+@emitter(ir.LoadGlobal)
+def emit_load_global(ctx: CodegenContext, inst: ir.LoadGlobal) -> None:
+    out = inst.output
+    layout = out.layout
+    view = ctx.view(inst.src)
+    buf = ctx.reg(out)
+    width = vector_width(layout, inst.src, inst.offsets, inst.dims) if ctx.func.aligned(inst.src.pointer) else 1
+    zero = const(0, out.dtype)
+    with Tb.unroll(0, layout.local_size // width) as j:
+        i = j * width
+        coords = place_tile(inst.offsets, inst.dims, layout.logical(ctx.tx, i))
+        cond = bounds_condition(coords, inst.src.shape)
+        if width == 1:
+            Tb.buffer_store(buf, tirx.if_then_else(cond, view[tuple(coords)], zero), [i])
+        else:
+            index = coords[:-1] + [tirx.Ramp(coords[-1], 1, width)]
+            load = tirx.BufferLoad(view, index)
+            Tb.buffer_store(buf, tirx.if_then_else(cond, load, tirx.Broadcast(zero, width)),
+                            [tirx.Ramp(i, 1, width)])
+
+
+@emitter(ir.StoreGlobal)
+def emit_store_global(ctx: CodegenContext, inst: ir.StoreGlobal) -> None:
+    src = inst.src
+    layout = src.layout
+    view = ctx.view(inst.dst)
+    buf = ctx.reg(src)
+    width = vector_width(layout, inst.dst, inst.offsets, inst.dims) if ctx.func.aligned(inst.dst.pointer) else 1
+    with ctx.guarded(ctx.owner_condition(layout)):
+        with Tb.unroll(0, layout.local_size // width) as j:
+            i = j * width
+            coords = place_tile(inst.offsets, inst.dims, layout.logical(ctx.tx, i))
+            with ctx.guarded(bounds_condition(coords, inst.dst.shape)):
+                if width == 1:
+                    Tb.buffer_store(view, buf[i], coords)
+                else:
+                    index = coords[:-1] + [tirx.Ramp(coords[-1], 1, width)]
+                    Tb.buffer_store(view, tirx.BufferLoad(buf, [tirx.Ramp(i, 1, width)]), index)
+
+
+def _shared_offset(ctx: CodegenContext, tensor, offsets, dims, tile_index):
+    coords = place_tile(offsets, dims, tile_index)
+    return tensor.layout.offset(*coords)
+
+
+@emitter(ir.LoadShared)
+def emit_load_shared(ctx: CodegenContext, inst: ir.LoadShared) -> None:
+    out = inst.output
+    view = ctx.view(inst.src)
+    buf = ctx.reg(out)
+    with Tb.unroll(0, out.layout.local_size) as i:
+        offset = _shared_offset(ctx, inst.src, inst.offsets, inst.dims, out.layout.logical(ctx.tx, i))
+        Tb.buffer_store(buf, view[offset], [i])
+
+
+@emitter(ir.StoreShared)
+def emit_store_shared(ctx: CodegenContext, inst: ir.StoreShared) -> None:
+    src = inst.src
+    view = ctx.view(inst.dst)
+    buf = ctx.reg(src)
+    with ctx.guarded(ctx.owner_condition(src.layout)):
+        with Tb.unroll(0, src.layout.local_size) as i:
+            offset = _shared_offset(ctx, inst.dst, inst.offsets, inst.dims, src.layout.logical(ctx.tx, i))
+            Tb.buffer_store(view, buf[i], [offset])

@@ -1,0 +1,198 @@
+"""Instructions of the tile IR. Each is a dataclass; ``output`` is the tensor it defines (if any).
+
+Instructions are identities (``eq=False``) so passes can key tables by them. ``operands()``
+lists the register tensors an instruction reads, which is what layout inference and the checks
+before code generation walk over.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Optional
+
+from tilus_tvm.dtypes import DataType
+from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor, Tensor
+
+
+@dataclass(eq=False)
+class Instruction:
+    def operands(self) -> list[RegisterTensor]:
+        """Register tensors read by this instruction (the output excluded)."""
+        found = []
+        for f in fields(self):
+            if f.name == "output":
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, RegisterTensor):
+                found.append(value)
+        return found
+
+    def replace_operand(self, old: RegisterTensor, new: RegisterTensor) -> None:
+        """Read ``new`` where this instruction read ``old`` (used when a layout conversion is inserted)."""
+        for f in fields(self):
+            if f.name != "output" and getattr(self, f.name) is old:
+                setattr(self, f.name, new)
+
+    @property
+    def defined(self) -> Optional[Tensor]:
+        return getattr(self, "output", None)
+
+
+@dataclass(eq=False)
+class AllocateRegister(Instruction):
+    output: RegisterTensor
+    # None (uninitialised), a scalar expression, or f(*indices) -> scalar expression
+    init: Any = None
+
+
+@dataclass(eq=False)
+class AllocateShared(Instruction):
+    output: SharedTensor
+
+
+@dataclass(eq=False)
+class FreeShared(Instruction):
+    tensor: SharedTensor
+
+
+@dataclass(eq=False)
+class GlobalView(Instruction):
+    output: GlobalTensor
+
+
+@dataclass(eq=False)
+class LoadGlobal(Instruction):
+    output: RegisterTensor
+    src: GlobalTensor
+    offsets: tuple[Any, ...]
+    dims: tuple[int, ...]  # dims[i]: the global dimension that tile dimension i runs along
+
+
+@dataclass(eq=False)
+class StoreGlobal(Instruction):
+    dst: GlobalTensor
+    src: RegisterTensor
+    offsets: tuple[Any, ...]
+    dims: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class LoadShared(Instruction):
+    output: RegisterTensor
+    src: SharedTensor
+    offsets: tuple[Any, ...]
+    dims: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class StoreShared(Instruction):
+    dst: SharedTensor
+    src: RegisterTensor
+    offsets: tuple[Any, ...]
+    dims: tuple[int, ...]
+
+
+UNARY_OPS = ("neg", "not", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh",
+             "sigmoid", "floor", "ceil", "round", "erf")
+BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min", "pow",
+              "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+COMPARISON_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+@dataclass(eq=False)
+class Unary(Instruction):
+    output: RegisterTensor
+    x: RegisterTensor
+    op: str
+
+
+@dataclass(eq=False)
+class Binary(Instruction):
+    """``output = lhs <op> rhs`` with broadcasting; either side may be a scalar expression."""
+
+    output: RegisterTensor
+    lhs: Any  # RegisterTensor or scalar
+    rhs: Any
+    op: str
+
+
+@dataclass(eq=False)
+class Where(Instruction):
+    output: RegisterTensor
+    cond: Any
+    x: Any
+    y: Any
+
+
+@dataclass(eq=False)
+class Cast(Instruction):
+    output: RegisterTensor
+    x: RegisterTensor
+
+
+@dataclass(eq=False)
+class Reduce(Instruction):
+    output: RegisterTensor
+    x: RegisterTensor
+    dim: int
+    op: str  # "sum", "max", "min"
+    keepdim: bool
+
+
+@dataclass(eq=False)
+class DotConfig:
+    """How a dot runs, chosen by layout inference: an mma atom tiled over warps, or CUDA cores."""
+
+    kind: str  # "mma" or "simt"
+    atom: Any = None  # tilus_tvm.layout.atoms.MmaAtom for "mma"
+    warps_m: int = 1  # warp (mma) or thread (simt) grid over the C tile
+    warps_n: int = 1
+    replicas: int = 1  # groups of warps/threads that compute the same C (when the tile is small)
+    repeat_m: int = 1  # atoms (mma) or elements (simt) per warp/thread along m
+    repeat_n: int = 1
+    repeat_k: int = 1
+
+
+@dataclass(eq=False)
+class Dot(Instruction):
+    """``output = a @ b + c``."""
+
+    output: RegisterTensor
+    a: RegisterTensor
+    b: RegisterTensor
+    c: RegisterTensor
+    config: Optional[DotConfig] = None
+
+
+@dataclass(eq=False)
+class ConvertLayout(Instruction):
+    """Copy ``x`` into ``output``, which has the same shape and dtype but another layout."""
+
+    output: RegisterTensor
+    x: RegisterTensor
+
+
+@dataclass(eq=False)
+class Assign(Instruction):
+    """Overwrite the register tensor ``dst`` with ``src`` (same shape; src cast to dst's dtype)."""
+
+    dst: RegisterTensor
+    src: RegisterTensor
+
+    def operands(self) -> list[RegisterTensor]:
+        return [self.src, self.dst]
+
+
+@dataclass(eq=False)
+class Sync(Instruction):
+    """``__syncthreads()``."""
+
+
+@dataclass(eq=False)
+class Printf(Instruction):
+    fmt: str
+    args: tuple[Any, ...] = field(default_factory=tuple)
+
+
+def dtype_of(value: Any) -> Optional[DataType]:
+    """The element type of a register tensor, or None for a scalar operand."""
+    return value.dtype if isinstance(value, RegisterTensor) else None

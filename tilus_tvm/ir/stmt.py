@@ -1,0 +1,123 @@
+"""Statements and functions of the tile IR.
+
+Scalars are TVM ``PrimExpr``s throughout: the tile IR adds tiles and instructions on top of TVM's
+scalar language, so scalar arithmetic written in a kernel is already in its final form.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+from tilus_tvm.dtypes import DataType, PointerType
+from tilus_tvm.ir.inst import Instruction
+
+
+@dataclass(eq=False)
+class Stmt:
+    pass
+
+
+@dataclass(eq=False)
+class SeqStmt(Stmt):
+    stmts: list[Stmt] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class InstStmt(Stmt):
+    inst: Instruction
+
+
+@dataclass(eq=False)
+class ForStmt(Stmt):
+    var: Any  # tvm.tirx.Var
+    start: Any
+    stop: Any
+    step: Any
+    body: SeqStmt
+    unroll: bool = False
+
+
+@dataclass(eq=False)
+class IfStmt(Stmt):
+    cond: Any
+    then_body: SeqStmt
+    else_body: Optional[SeqStmt] = None
+
+
+@dataclass(eq=False)
+class BindScalar(Stmt):
+    """An immutable scalar ``var = value`` (``offset: int32 = ...`` that is never reassigned)."""
+
+    var: Any  # tvm.tirx.Var
+    value: Any
+
+
+@dataclass(eq=False)
+class DeclareScalar(Stmt):
+    """A mutable scalar: a one-element local buffer; reads are ``buffer[0]``."""
+
+    buffer: Any  # tvm.tirx.Buffer
+    value: Any = None
+
+
+@dataclass(eq=False)
+class AssignScalar(Stmt):
+    buffer: Any
+    value: Any
+
+
+@dataclass(eq=False)
+class Param:
+    """A kernel parameter. ``kind``: "scalar" (run time), "pointer" (a tensor), "const" (compile time)."""
+
+    name: str
+    kind: str
+    dtype: Optional[DataType] = None  # element type for pointers, value type for scalars
+    var: Any = None  # tvm.tirx.Var for scalars
+    buffer: Any = None  # flat tvm.tirx.Buffer for pointers
+    value: Any = None  # the constant for "const"
+
+    @property
+    def annotation(self) -> Any:
+        return PointerType(self.dtype) if self.kind == "pointer" else self.dtype
+
+
+@dataclass(eq=False)
+class Function:
+    name: str
+    params: list[Param]
+    blocks: tuple[Any, ...]  # grid extents (x, y, z), ints or PrimExprs of scalar params
+    warps: int
+    body: SeqStmt
+    block_vars: tuple[Any, ...] = ()  # IterVars of blockIdx.x/y/z used by the body
+    shared_bytes: int = 0  # size of the dynamic shared-memory pool, set by planning
+    aligned_pointers: frozenset = frozenset()  # names of pointer params known 16-byte aligned at launch
+
+    def aligned(self, param: Param) -> bool:
+        """Whether vector accesses may assume ``param``'s data pointer is 16-byte aligned."""
+        return param.name in self.aligned_pointers
+
+    @property
+    def num_threads(self) -> int:
+        return self.warps * 32
+
+
+def walk(stmt: Stmt) -> Iterator[Stmt]:
+    """Every statement under ``stmt`` in program order (pre-order)."""
+    yield stmt
+    if isinstance(stmt, SeqStmt):
+        for s in stmt.stmts:
+            yield from walk(s)
+    elif isinstance(stmt, ForStmt):
+        yield from walk(stmt.body)
+    elif isinstance(stmt, IfStmt):
+        yield from walk(stmt.then_body)
+        if stmt.else_body is not None:
+            yield from walk(stmt.else_body)
+
+
+def instructions(stmt: Stmt) -> Iterator[Instruction]:
+    """Every instruction under ``stmt`` in program order."""
+    for s in walk(stmt):
+        if isinstance(s, InstStmt):
+            yield s.inst

@@ -1,0 +1,229 @@
+"""Memory instructions of ``tilus_tvm.Script``: tensors in registers, shared and global memory."""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from tilus_tvm import dtypes
+from tilus_tvm.dtypes import DataType
+from tilus_tvm.errors import ScriptError
+from tilus_tvm.ir.builder import Builder, current_builder, is_scalar
+from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
+from tilus_tvm.layout.register import RegisterLayout
+
+
+def active_builder(op: str) -> Builder:
+    builder = current_builder()
+    if builder is None:
+        raise ScriptError(f"self.{op}(...) can only be used inside a kernel's __call__ while it is compiled")
+    return builder
+
+
+def check_shape(op: str, shape: Any, what: str = "shape") -> tuple[int, ...]:
+    """A static tile shape: a sequence of positive Python ints."""
+    if isinstance(shape, int):
+        shape = [shape]
+    if not isinstance(shape, (list, tuple)) or not shape:
+        raise ScriptError(f"{op}: {what} must be a non-empty list of ints, got {shape!r}")
+    for s in shape:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise ScriptError(f"{op}: {what} {list(shape)} must hold positive compile-time ints, got {s!r}; "
+                              f"tile shapes are fixed when the kernel is compiled")
+    return tuple(shape)
+
+
+def check_layout(op: str, layout: Any, shape: tuple[int, ...], num_threads: int) -> Optional[RegisterLayout]:
+    if layout is None:
+        return None
+    if not isinstance(layout, RegisterLayout):
+        raise ScriptError(f"{op}: layout must be a RegisterLayout, got {layout!r}")
+    if tuple(layout.shape) != tuple(shape):
+        raise ScriptError(f"{op}: layout {layout} has shape {list(layout.shape)}, the tensor has shape {list(shape)}")
+    if layout.num_threads > num_threads:
+        raise ScriptError(f"{op}: layout {layout} spreads over {layout.num_threads} threads, the block has only "
+                          f"{num_threads} ({num_threads // 32} warps)")
+    return layout
+
+
+def check_offsets(op: str, offsets: Any, rank: int, what: str) -> tuple[Any, ...]:
+    if not isinstance(offsets, (list, tuple)) or len(offsets) != rank:
+        raise ScriptError(f"{op}: offsets {offsets!r} must list one offset per dimension of {what} ({rank})")
+    for o in offsets:
+        if not is_scalar(o) or isinstance(o, float):
+            raise ScriptError(f"{op}: offset {o!r} must be an int or an integer scalar expression")
+    return tuple(offsets)
+
+
+def check_dims(op: str, dims: Any, tile_rank: int, full_rank: int) -> tuple[int, ...]:
+    """``dims[i]`` is the dimension of the sliced tensor that tile dimension ``i`` runs along."""
+    if dims is None:
+        if tile_rank > full_rank:
+            raise ScriptError(f"{op}: a {tile_rank}-D tile does not fit a {full_rank}-D tensor")
+        return tuple(range(full_rank - tile_rank, full_rank))
+    dims = tuple(dims)
+    if len(dims) != tile_rank or len(set(dims)) != len(dims) or any(not 0 <= d < full_rank for d in dims):
+        raise ScriptError(f"{op}: dims {list(dims)} must be {tile_rank} distinct dimensions in [0, {full_rank})")
+    if list(dims) != sorted(dims):
+        raise ScriptError(f"{op}: dims {list(dims)} must be increasing (use a transposed view to reorder)")
+    return dims
+
+
+class MemoryInstructions:
+    """Allocation, loads and stores."""
+
+    def global_view(self, ptr: Any, dtype: DataType, shape: Sequence[Any], strides: Optional[Sequence[Any]] = None
+                    ) -> GlobalTensor:
+        """View the memory behind a pointer parameter as a global tensor.
+
+        ``shape`` and ``strides`` (in elements; row-major compact when omitted) may be ints or run-time
+        scalar expressions. Loads and stores through the view are masked against ``shape``.
+        Rejects: a ``ptr`` that is not a pointer parameter, a ``dtype`` other than the pointer's, a
+        ``strides`` of another length than ``shape``.
+
+        >>> ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])   # doctest: +SKIP
+        """
+        from tilus_tvm.lang.pointer import PointerValue
+
+        builder = active_builder("global_view")
+        if not isinstance(ptr, PointerValue):
+            raise ScriptError(f"global_view: ptr must be a pointer parameter (annotated ~dtype), got {ptr!r}")
+        dtype = dtypes.as_dtype(dtype)
+        if dtype != ptr.param.dtype:
+            raise ScriptError(f"global_view: dtype {dtype.name} differs from the pointer's element type "
+                              f"{ptr.param.dtype.name} (parameter {ptr.param.name}: ~{ptr.param.dtype.name})")
+        if isinstance(shape, (int,)) or (not isinstance(shape, (list, tuple))):
+            shape = [shape]
+        for s in shape:
+            if not is_scalar(s) or isinstance(s, float):
+                raise ScriptError(f"global_view: shape entry {s!r} must be an int or integer scalar expression")
+        if strides is None:
+            strides = []
+            running: Any = 1
+            for s in reversed(shape):
+                strides.append(running)
+                running = running * s
+            strides = strides[::-1]
+        elif len(strides) != len(shape):
+            raise ScriptError(f"global_view: strides {list(strides)} and shape {list(shape)} differ in length")
+        view = GlobalTensor(dtype, tuple(shape), tuple(strides), ptr.param, name=builder.fresh_name("g"))
+        return builder.global_view(view)
+
+    def register_tensor(self, dtype: DataType, shape: Sequence[int], layout: Optional[RegisterLayout] = None,
+                        init: Any = None) -> RegisterTensor:
+        """Allocate a register tensor of ``dtype`` and static ``shape``.
+
+        ``layout`` (optional) fixes how its elements are spread over threads; by default layout inference
+        chooses one from its uses. ``init`` is a scalar for every element, or a function
+        ``init(i, j, ...) -> scalar`` of the element's indices; without it the contents are undefined.
+
+        >>> acc = self.register_tensor(dtype=float32, shape=[64, 128], init=0.0)   # doctest: +SKIP
+        """
+        builder = active_builder("register_tensor")
+        dtype = dtypes.as_dtype(dtype)
+        shape = check_shape("register_tensor", shape)
+        layout = check_layout("register_tensor", layout, shape, builder.num_threads)
+        if init is not None and not is_scalar(init) and not callable(init):
+            raise ScriptError(f"register_tensor: init must be a scalar or a function of the indices, got {init!r}")
+        return builder.allocate_register(dtype, shape, layout, init)
+
+    def shared_tensor(self, dtype: DataType, shape: Sequence[int], layout: Any = None) -> SharedTensor:
+        """Allocate a tensor in the block's shared memory (row-major unless ``layout``, a
+        :class:`~tilus_tvm.layout.shared.SharedLayout`, says otherwise). Free it with
+        :meth:`free_shared` once no thread uses it, so the memory can be reused."""
+        from tilus_tvm.layout.shared import SharedLayout, shared_row_major
+
+        builder = active_builder("shared_tensor")
+        dtype = dtypes.as_dtype(dtype)
+        shape = check_shape("shared_tensor", shape)
+        if layout is None:
+            layout = shared_row_major(*shape)
+        elif not isinstance(layout, SharedLayout):
+            raise ScriptError(f"shared_tensor: layout must be a SharedLayout, got {layout!r}")
+        elif tuple(layout.shape) != shape:
+            raise ScriptError(f"shared_tensor: layout {layout} has shape {list(layout.shape)}, the tensor "
+                              f"has shape {list(shape)}")
+        return builder.allocate_shared(dtype, shape, layout)
+
+    def free_shared(self, tensor: SharedTensor) -> None:
+        """Release a shared tensor's memory (later shared tensors may reuse it)."""
+        active_builder("free_shared").free_shared(tensor)
+
+    def load_global(self, src: GlobalTensor, offsets: Sequence[Any], shape: Sequence[int],
+                    dims: Optional[Sequence[int]] = None, layout: Optional[RegisterLayout] = None
+                    ) -> RegisterTensor:
+        """Load the tile ``src[offsets[d] : offsets[d] + shape[i]]`` into a register tensor.
+
+        ``offsets`` has one entry per dimension of ``src``; ``dims`` names the dimensions of ``src``
+        that the tile's dimensions run along (default: the last ``len(shape)``); the others are
+        indexed at their offset. Elements outside ``src.shape`` read as zero.
+        """
+        builder = active_builder("load_global")
+        if not isinstance(src, GlobalTensor):
+            raise ScriptError(f"load_global: src must be a global tensor (self.global_view), got {src!r}")
+        offsets = check_offsets("load_global", offsets, len(src.shape), src.describe())
+        shape = check_shape("load_global", shape)
+        dims = check_dims("load_global", dims, len(shape), len(src.shape))
+        layout = check_layout("load_global", layout, shape, builder.num_threads)
+        return builder.load_global(src, offsets, shape, dims, layout)
+
+    def store_global(self, dst: GlobalTensor, x: RegisterTensor, offsets: Sequence[Any],
+                     dims: Optional[Sequence[int]] = None) -> None:
+        """Store the register tensor ``x`` into ``dst`` at ``offsets`` (see :meth:`load_global` for
+        ``dims``). Elements outside ``dst.shape`` are not written; ``x`` is cast to ``dst``'s dtype."""
+        builder = active_builder("store_global")
+        if not isinstance(dst, GlobalTensor):
+            raise ScriptError(f"store_global: dst must be a global tensor (self.global_view), got {dst!r}")
+        if not isinstance(x, RegisterTensor):
+            raise ScriptError(f"store_global: x must be a register tensor, got {x!r}")
+        offsets = check_offsets("store_global", offsets, len(dst.shape), dst.describe())
+        dims = check_dims("store_global", dims, len(x.shape), len(dst.shape))
+        if x.dtype != dst.dtype:
+            x = builder.cast(x, dst.dtype)
+        builder.store_global(dst, x, offsets, dims)
+
+    def load_shared(self, src: SharedTensor, offsets: Optional[Sequence[Any]] = None,
+                    shape: Optional[Sequence[int]] = None, dims: Optional[Sequence[int]] = None,
+                    layout: Optional[RegisterLayout] = None) -> RegisterTensor:
+        """Load a shared tensor (or the tile of ``shape`` at ``offsets``) into registers. Pair it with
+        :meth:`sync` after the stores that produced the data."""
+        builder = active_builder("load_shared")
+        if not isinstance(src, SharedTensor):
+            raise ScriptError(f"load_shared: src must be a shared tensor, got {src!r}")
+        shape = src.shape if shape is None else check_shape("load_shared", shape)
+        offsets = (0,) * len(src.shape) if offsets is None else check_offsets(
+            "load_shared", offsets, len(src.shape), src.describe())
+        dims = check_dims("load_shared", dims, len(shape), len(src.shape))
+        _check_static_tile("load_shared", src, offsets, shape, dims)
+        layout = check_layout("load_shared", layout, shape, builder.num_threads)
+        return builder.load_shared(src, offsets, shape, dims, layout)
+
+    def store_shared(self, dst: SharedTensor, x: RegisterTensor, offsets: Optional[Sequence[Any]] = None,
+                     dims: Optional[Sequence[int]] = None) -> None:
+        """Store a register tensor into a shared tensor (at ``offsets`` when it is a sub-tile)."""
+        builder = active_builder("store_shared")
+        if not isinstance(dst, SharedTensor):
+            raise ScriptError(f"store_shared: dst must be a shared tensor, got {dst!r}")
+        if not isinstance(x, RegisterTensor):
+            raise ScriptError(f"store_shared: x must be a register tensor, got {x!r}")
+        offsets = (0,) * len(dst.shape) if offsets is None else check_offsets(
+            "store_shared", offsets, len(dst.shape), dst.describe())
+        dims = check_dims("store_shared", dims, len(x.shape), len(dst.shape))
+        _check_static_tile("store_shared", dst, offsets, x.shape, dims)
+        if x.dtype != dst.dtype:
+            x = builder.cast(x, dst.dtype)
+        builder.store_shared(dst, x, offsets, dims)
+
+    def sync(self) -> None:
+        """Barrier for all threads of the block (``__syncthreads``): shared-memory writes before it are
+        visible to reads after it."""
+        active_builder("sync").sync()
+
+
+def _check_static_tile(op: str, tensor: SharedTensor, offsets, shape, dims) -> None:
+    """Shared tiles are not masked, so a tile known to stick out of the tensor is rejected."""
+    extents = [1] * len(tensor.shape)
+    for d, s in zip(dims, shape):
+        extents[d] = s
+    for d, (o, e, full) in enumerate(zip(offsets, extents, tensor.shape)):
+        if isinstance(o, int) and (o < 0 or o + e > full):
+            raise ScriptError(f"{op}: tile of shape {list(shape)} at offsets {list(offsets)} exceeds "
+                              f"{tensor.describe()} in dimension {d}")

@@ -1,0 +1,157 @@
+"""``tilus_tvm.Script``: the base class of every kernel.
+
+A kernel is a subclass whose ``__init__`` stores compile-time hyper-parameters and whose
+``__call__`` is the kernel body. Calling an instance launches the kernel::
+
+    class AddOne(tilus_tvm.Script):
+        def __call__(self, n: int32, a: ~float32, b: ~float32):
+            self.attrs.blocks = cdiv(n, 128)
+            self.attrs.warps = 4
+            ...
+
+    AddOne()(n, a, b)          # compiles once per specialisation, then launches
+
+``__call__`` is never run as Python: the frontend reads its source and translates it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from tilus_tvm.errors import ScriptError
+from tilus_tvm.ir.builder import current_builder, is_scalar
+from tilus_tvm.lang.instructions.compute import ComputeInstructions
+from tilus_tvm.lang.instructions.memory import MemoryInstructions
+
+
+class Attributes:
+    """Launch configuration, set from inside ``__call__``: ``blocks`` and ``warps``."""
+
+    def __init__(self):
+        self._blocks: Optional[tuple[Any, ...]] = None
+        self._warps: Optional[int] = None
+
+    @property
+    def blocks(self) -> Optional[tuple[Any, ...]]:
+        """Grid size: an int or scalar expression, or a list of up to 3 (x, y, z)."""
+        return self._blocks
+
+    @blocks.setter
+    def blocks(self, value: Any) -> None:
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if not 1 <= len(items) <= 3:
+            raise ScriptError(f"attrs.blocks must have 1 to 3 dimensions, got {value!r}")
+        for v in items:
+            if not is_scalar(v) or isinstance(v, float):
+                raise ScriptError(f"attrs.blocks entry {v!r} must be an int or an integer scalar expression")
+            if isinstance(v, int) and v < 0:
+                raise ScriptError(f"attrs.blocks entry {v} must not be negative")
+        self._blocks = tuple(items)
+
+    @property
+    def warps(self) -> Optional[int]:
+        """Warps per block: a compile-time int in [1, 32]."""
+        return self._warps
+
+    @warps.setter
+    def warps(self, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ScriptError(f"attrs.warps must be a compile-time int, got {value!r}")
+        if not 1 <= value <= 32:
+            raise ScriptError(f"attrs.warps must be in [1, 32] (at most 1024 threads per block), got {value}")
+        self._warps = value
+
+
+@dataclass(frozen=True)
+class Dim3:
+    x: Any
+    y: Any
+    z: Any
+
+
+@dataclass(frozen=True)
+class LoopRange:
+    """``self.range(...)``: a loop over run-time bounds, optionally unrolled."""
+
+    start: Any
+    stop: Any
+    step: Any
+    unroll: bool
+
+
+class _ScriptState:
+    def __init__(self):
+        self.attrs = Attributes()
+        self.block_idx: Optional[Dim3] = None
+        self.kernels: dict = {}
+
+
+class Script(MemoryInstructions, ComputeInstructions):
+    """Base class of kernels (see the module docstring)."""
+
+    _kernel_fn = None
+
+    def __new__(cls, *args, **kwargs):
+        obj = super().__new__(cls)
+        object.__setattr__(obj, "_tilus", _ScriptState())
+        return obj
+
+    def __init__(self):
+        pass
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__call__" in cls.__dict__:
+            cls._kernel_fn = cls.__dict__["__call__"]
+            cls.__call__ = Script._launch
+
+    # --- inside the kernel ----------------------------------------------------------------------
+    @property
+    def attrs(self) -> Attributes:
+        return self._tilus.attrs
+
+    @property
+    def blockIdx(self) -> Dim3:  # noqa: N802 - CUDA's spelling
+        if self._tilus.block_idx is None:
+            raise ScriptError("self.blockIdx is only available inside the kernel while it is compiled")
+        return self._tilus.block_idx
+
+    def range(self, start: Any, stop: Any = None, step: Any = 1, *, unroll: bool = False) -> LoopRange:
+        """``for i in self.range(n, unroll=True)``: like ``range`` with an unrolling hint."""
+        if current_builder() is None:
+            raise ScriptError("self.range(...) can only be used in a for loop inside a kernel")
+        if stop is None:
+            start, stop = 0, start
+        return LoopRange(start, stop, step, bool(unroll))
+
+    # --- outside the kernel ---------------------------------------------------------------------
+    def _launch(self, *args: Any) -> None:
+        from tilus_tvm.runtime.jit import launch
+
+        launch(self, args)
+
+    def compile(self, *args: Any, target: Any = None):
+        """Compile for ``args`` (tensors may live on the CPU: only their dtype matters) without launching.
+
+        ``target`` is ``"sm_80"``, ``"sm_90"``, a ``tvm.target.Target``, or None for the current GPU.
+        Returns a :class:`~tilus_tvm.runtime.kernel.CompiledKernel` with ``.prim_func``,
+        ``.cuda_source``, ``.ptx`` and ``.export(path)``.
+        """
+        from tilus_tvm.runtime.jit import compile_for
+
+        return compile_for(self, args, target)
+
+    def hyper_parameters(self) -> dict[str, Any]:
+        """The compile-time attributes set in ``__init__`` (they are part of the compilation key)."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_tilus")}
+
+    @classmethod
+    def kernel_name(cls) -> str:
+        """``MyKernel`` -> ``my_kernel``."""
+        name = cls.__name__
+        out = []
+        for i, ch in enumerate(name):
+            if ch.isupper() and i and (not name[i - 1].isupper() or (i + 1 < len(name) and name[i + 1].islower())):
+                out.append("_")
+            out.append(ch.lower())
+        return "".join(out)

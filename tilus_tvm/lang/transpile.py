@@ -1,0 +1,57 @@
+"""From a Script instance and the compile-time values of one specialisation to a tile-IR function."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from tvm import tirx
+
+from tilus_tvm.backend.codegen import block_iter_vars
+from tilus_tvm.errors import ScriptError
+from tilus_tvm.ir.builder import Builder
+from tilus_tvm.ir.stmt import Function, Param
+from tilus_tvm.lang.frontend import Transpiler
+from tilus_tvm.lang.pointer import PointerValue
+from tilus_tvm.lang.script import Attributes, Dim3, Script
+from tilus_tvm.lang.signature import ParamSpec
+
+
+def make_params(specs: list[ParamSpec], const_values: Mapping[str, Any]) -> tuple[list[Param], dict[str, Any]]:
+    """The IR parameters and the values their names have inside the kernel body."""
+    params, bindings = [], {}
+    for spec in specs:
+        if spec.kind == "const":
+            param = Param(spec.name, "const", value=const_values[spec.name])
+            bindings[spec.name] = param.value
+        elif spec.kind == "scalar":
+            param = Param(spec.name, "scalar", spec.dtype, var=tirx.Var(spec.name, spec.dtype.name))
+            bindings[spec.name] = param.var
+        else:
+            numel = tirx.Var(f"{spec.name}_numel", "int64")
+            buffer = tirx.decl_buffer((numel,), spec.dtype.name, spec.name)
+            param = Param(spec.name, "pointer", spec.dtype, buffer=buffer)
+            bindings[spec.name] = PointerValue(param)
+        params.append(param)
+    return params, bindings
+
+
+def transpile(script: Script, specs: list[ParamSpec], const_values: Mapping[str, Any],
+              aligned_pointers: frozenset = frozenset()) -> Function:
+    """Translate ``script.__call__`` for one specialisation into a tile-IR :class:`Function`."""
+    cls = type(script)
+    params, bindings = make_params(specs, const_values)
+    state = script._tilus
+    state.attrs = Attributes()
+    block_ivs = block_iter_vars()
+    state.block_idx = Dim3(*(iv.var for iv in block_ivs))
+    builder = Builder(lambda: state.attrs.warps)
+    try:
+        with builder.activate():
+            Transpiler(script, cls._kernel_fn, bindings, builder).run()
+    finally:
+        state.block_idx = None
+    if state.attrs.blocks is None:
+        raise ScriptError(f"{cls.__name__}.__call__ never sets self.attrs.blocks (the grid size)")
+    if state.attrs.warps is None:
+        raise ScriptError(f"{cls.__name__}.__call__ never sets self.attrs.warps (warps per block)")
+    return Function(cls.kernel_name(), params, state.attrs.blocks, state.attrs.warps, builder.body,
+                    block_vars=block_ivs, aligned_pointers=aligned_pointers)

@@ -1,0 +1,128 @@
+"""Checking and converting launch arguments against a kernel's parameters.
+
+Every problem is reported in Python, naming the parameter, before anything reaches the GPU:
+wrong count, wrong type, out-of-range scalar, tensor of another dtype, CPU tensor.
+"""
+from __future__ import annotations
+
+import numbers
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tilus_tvm.errors import LaunchError
+from tilus_tvm.lang.signature import ParamSpec
+
+INT_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+UINT_RANGES = {"uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
+VECTOR_ALIGNMENT = 16
+MAX_INDEX = 2**31 - 1  # kernels index with int32
+
+
+@dataclass
+class BoundArguments:
+    const_values: dict[str, Any] = field(default_factory=dict)
+    scalars: list[Any] = field(default_factory=list)  # run-time scalars, in parameter order
+    call_args: list[Any] = field(default_factory=list)  # what the TVM function receives
+    device: Optional[int] = None
+    aligned: frozenset = frozenset()  # pointer parameters whose data is 16-byte aligned
+
+    @property
+    def key(self) -> tuple:
+        """What selects a specialisation: compile-time values and pointer alignment."""
+        return tuple(self.const_values.items()), tuple(sorted(self.aligned))
+
+
+def describe_signature(specs: list[ParamSpec]) -> str:
+    def annotation(s: ParamSpec) -> str:
+        return s.annotation.__name__ if s.kind == "const" else repr(s.annotation)
+
+    return ", ".join(f"{s.name}: {annotation(s)}" for s in specs)
+
+
+def _const(spec: ParamSpec, value: Any, kernel: str) -> Any:
+    expected = spec.annotation
+    ok = (isinstance(value, bool) if expected is bool else
+          isinstance(value, numbers.Integral) and not isinstance(value, bool) if expected is int else
+          isinstance(value, numbers.Real) and not isinstance(value, bool))
+    if not ok:
+        raise LaunchError(f"{kernel}: argument {spec.name} is a compile-time {expected.__name__}, got "
+                          f"{type(value).__name__} {value!r}")
+    return expected(value)
+
+
+def _scalar(spec: ParamSpec, value: Any, kernel: str) -> Any:
+    dtype = spec.dtype
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0 and not isinstance(value, (int, float)):
+        value = value.item()  # a 0-d torch/numpy scalar
+    if dtype.kind in ("int", "uint"):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise LaunchError(f"{kernel}: argument {spec.name} ({dtype.name}) must be an integer, got "
+                              f"{type(value).__name__} {value!r}") from None
+        bits = INT_RANGES.get(dtype.name) or UINT_RANGES[dtype.name]
+        low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if dtype.kind == "int" else (0, 2**bits - 1)
+        if not low <= value <= high:
+            raise LaunchError(f"{kernel}: argument {spec.name}={value} is out of range for {dtype.name}")
+        return value
+    if dtype.kind == "bool":
+        return bool(value)
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise LaunchError(f"{kernel}: argument {spec.name} ({dtype.name}) must be a number, got {value!r}")
+    return float(value)
+
+
+def _flat_view(tensor):
+    """A 1-D view over the storage the tensor spans, starting at its first element."""
+    if tensor.is_contiguous():
+        return tensor.reshape(-1)
+    span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()) if size > 0)
+    if any(stride < 0 for stride in tensor.stride()):
+        raise LaunchError("tensors with negative strides are not supported")
+    return tensor.as_strided((span,), (1,))
+
+
+def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -> BoundArguments:
+    if len(args) != len(specs):
+        raise LaunchError(f"{kernel} takes {len(specs)} arguments ({describe_signature(specs)}), got {len(args)}")
+    import torch
+
+    bound = BoundArguments()
+    aligned = set()
+    for spec, value in zip(specs, args):
+        if spec.kind == "const":
+            bound.const_values[spec.name] = _const(spec, value, kernel)
+        elif spec.kind == "scalar":
+            scalar = _scalar(spec, value, kernel)
+            bound.scalars.append(scalar)
+            bound.call_args.append(scalar)
+        else:
+            if not isinstance(value, torch.Tensor):
+                raise LaunchError(f"{kernel}: argument {spec.name} (~{spec.dtype.name}) must be a torch tensor, got "
+                                  f"{type(value).__name__}")
+            if value.dtype != spec.dtype.torch_dtype:
+                raise LaunchError(f"{kernel}: argument {spec.name} must be a {spec.dtype.name} tensor "
+                                  f"(~{spec.dtype.name}), got {value.dtype}")
+            if require_cuda:
+                if not value.is_cuda:
+                    raise LaunchError(f"{kernel}: argument {spec.name} is a tensor on {value.device}; kernels run on "
+                                      f"the GPU, move it there first (e.g. tensor.cuda())")
+                if bound.device is None:
+                    bound.device = value.device.index
+                elif value.device.index != bound.device:
+                    raise LaunchError(f"{kernel}: argument {spec.name} is on cuda:{value.device.index}, earlier "
+                                      f"tensors are on cuda:{bound.device}")
+            flat = _flat_view(value)
+            if flat.numel() > MAX_INDEX:
+                raise LaunchError(f"{kernel}: argument {spec.name} spans {flat.numel()} elements; kernels index "
+                                  f"with int32 (at most {MAX_INDEX})")
+            if value.data_ptr() % VECTOR_ALIGNMENT == 0:
+                aligned.add(spec.name)
+            bound.call_args.append(flat)
+    bound.aligned = frozenset(aligned)
+    if require_cuda and bound.device is None:
+        import torch as _torch
+
+        bound.device = _torch.cuda.current_device()
+    return bound

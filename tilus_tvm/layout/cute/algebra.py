@@ -184,7 +184,9 @@ def composition(lhs: Any, rhs: Any) -> Any:
     rhs = as_layout(rhs, "composition")
     shapes, strides = _coalesce_x(lhs)
     with operation("composition", lhs, rhs):
-        return _compose(shapes, strides, rhs.shape, rhs.stride)
+        result = _compose(shapes, strides, rhs.shape, rhs.stride)
+        _check_no_carries(shapes, rhs)
+        return result
 
 
 def _compose(shapes: tuple, strides: tuple, rhs_shape: Any, rhs_stride: Any) -> Layout:
@@ -194,6 +196,8 @@ def _compose(shapes: tuple, strides: tuple, rhs_shape: Any, rhs_stride: Any) -> 
         return Layout(rhs_shape, 0)
     if len(shapes) == 1:
         return Layout(rhs_shape, rhs_stride * strides[0])
+    if rhs_shape == 1:
+        return Layout(1, 0)
     if rhs_stride < 0:
         raise LayoutError(f"negative stride {rhs_stride} on the right is not supported")
     # Divide the stride out of the left modes: mode i keeps s_i / rest_stride of its size.
@@ -217,6 +221,38 @@ def _compose(shapes: tuple, strides: tuple, rhs_shape: Any, rhs_stride: Any) -> 
         taken.append(min(s, rest_shape))
         rest_shape = rest_shape // s if rest_shape >= s else 1
     return _bw_coalesce(taken, kept_strides, rest_shape, rest_stride * strides[-1])
+
+
+def _check_no_carries(shapes: tuple, rhs: Layout) -> None:
+    """Composition goes mode by mode over ``rhs``, which is right only when adding the values of
+    different modes of ``rhs`` never carries from one mode of the (coalesced) left layout into the
+    next: for every bounded left mode, the largest digits the ``rhs`` modes put there must add up
+    to less than its size. Otherwise ``lhs(rhs(c))`` is not a layout and we refuse."""
+    leaves = [(s, d) for s, d in zip(it.flatten(rhs.shape), it.flatten(rhs.stride)) if s > 1 and d != 0]
+    if len(shapes) == 1 or len(leaves) < 2:
+        return
+    position = 1
+    for mode, size in enumerate(shapes[:-1]):
+        total = sum(_max_digit(s, d, position, size) for s, d in leaves)
+        if total >= size:
+            raise LayoutError(f"the modes of the right layout overlap in mode {mode} (size {size}) of the coalesced "
+                              f"left layout: their largest digits there add up to {total}, so lhs(rhs(c)) is not "
+                              f"the sum over the modes of rhs")
+        position *= size
+
+
+def _max_digit(s: int, d: int, position: int, size: int) -> int:
+    """``max((i * d // position) % size for i < s)``, in closed form when the strides divide."""
+    d = abs(d)
+    if d % position == 0:
+        step = d // position
+        if step % size == 0:
+            return 0
+        if size % step == 0:
+            return min((s - 1) * step, size - step)
+    elif position % d == 0:
+        return min((s - 1) * d // position, size - 1)
+    return max((i * d // position) % size for i in range(s))
 
 
 def _tiler_str(tiler: Any) -> str:

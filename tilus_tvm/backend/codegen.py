@@ -17,7 +17,7 @@ from tvm.script.ir_builder import tirx as Tb
 from tilus_tvm.backend import emit_compute, emit_dot, emit_memory  # noqa: F401 - register the emitters
 from tilus_tvm.backend.context import EMITTERS, CodegenContext
 from tilus_tvm.errors import CompileError
-from tilus_tvm.ir.scalar import expr_dtype
+from tilus_tvm.ir.scalar import c_identifier, expr_dtype
 from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, DeclareScalar, ForStmt, Function, IfStmt, InstStmt,
                                SeqStmt, Stmt, instructions)
 from tilus_tvm.ir.tensor import RegisterTensor
@@ -105,9 +105,9 @@ def generate(func: Function, plan: SharedMemoryPlan) -> tirx.PrimFunc:
             Tb.func_name(func.name)
             for param in func.params:
                 if param.kind == "scalar":
-                    Tb.arg(param.name, param.var)
+                    Tb.arg(c_identifier(param.name), param.var)
                 elif param.kind == "pointer":
-                    Tb.arg(param.name, param.buffer)
+                    Tb.arg(c_identifier(param.name), param.buffer)
             Tb.func_attr({"tirx.noalias": True})
             frames = []
             for iv, extent in zip(func.block_vars, list(func.blocks) + [1] * (3 - len(func.blocks))):

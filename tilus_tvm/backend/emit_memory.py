@@ -15,6 +15,7 @@ from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext, bounds_condition, const, emitter, place_tile
 from tilus_tvm.ir import inst as ir
+from tilus_tvm.ir.builder import is_scalar
 from tilus_tvm.ir.tensor import GlobalTensor
 from tilus_tvm.layout.register import RegisterLayout
 
@@ -28,10 +29,10 @@ def emit_allocate_register(ctx: CodegenContext, inst: ir.AllocateRegister) -> No
     out = inst.output
     buf = ctx.reg(out)
     with Tb.unroll(0, out.layout.local_size) as i:
-        if callable(inst.init):
-            value = inst.init(*out.layout.logical(ctx.tx, i))
-        else:
+        if is_scalar(inst.init):  # (TVM expressions are callable too, so test for a scalar first)
             value = inst.init
+        else:
+            value = inst.init(*out.layout.logical(ctx.tx, i))
         Tb.buffer_store(buf, const(value, out.dtype), [i])
 
 

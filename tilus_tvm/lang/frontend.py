@@ -28,7 +28,7 @@ from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.builder import Builder
-from tilus_tvm.ir.scalar import expr_dtype, is_expr
+from tilus_tvm.ir.scalar import c_identifier, expr_dtype, is_expr
 from tilus_tvm.ir.stmt import AssignScalar, BindScalar, DeclareScalar
 from tilus_tvm.ir.tensor import RegisterTensor
 from tilus_tvm.lang.script import LoopRange
@@ -44,7 +44,7 @@ class MutableScalar:
     def __init__(self, name: str, dtype: DataType):
         self.name = name
         self.dtype = dtype
-        self.buffer = tirx.decl_buffer((1,), dtype.name, name, scope="local")
+        self.buffer = tirx.decl_buffer((1,), dtype.name, c_identifier(name), scope="local")
 
     @property
     def value(self):
@@ -256,7 +256,7 @@ class Transpiler:
                 self.builder.append(DeclareScalar(var.buffer, None if value is None else _to_dtype(value, annotation)))
                 self.scopes[-1][name] = var
             else:
-                var = tirx.Var(name, annotation.name)
+                var = tirx.Var(c_identifier(name), annotation.name)
                 self.builder.append(BindScalar(var, _to_dtype(value, annotation)))
                 self.scopes[-1][name] = var
         elif annotation in (int, float, bool):
@@ -287,7 +287,7 @@ class Transpiler:
         if isinstance(loop.step, int) and loop.step <= 0:
             raise ScriptError(f"range step must be positive, got {loop.step}")
         dtype = next((expr_dtype(b) for b in bounds if _is_expr(b)), "int32")
-        var = tirx.Var(node.target.id, dtype)
+        var = tirx.Var(c_identifier(node.target.id), dtype)
         with self.builder.nested() as body:
             self.scopes.append({node.target.id: var})
             try:

@@ -8,6 +8,7 @@ from tvm import tirx
 from tilus_tvm.backend.codegen import block_iter_vars
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.builder import Builder
+from tilus_tvm.ir.scalar import c_identifier
 from tilus_tvm.ir.stmt import Function, Param
 from tilus_tvm.lang.frontend import Transpiler
 from tilus_tvm.lang.pointer import PointerValue
@@ -23,11 +24,11 @@ def make_params(specs: list[ParamSpec], const_values: Mapping[str, Any]) -> tupl
             param = Param(spec.name, "const", value=const_values[spec.name])
             bindings[spec.name] = param.value
         elif spec.kind == "scalar":
-            param = Param(spec.name, "scalar", spec.dtype, var=tirx.Var(spec.name, spec.dtype.name))
+            param = Param(spec.name, "scalar", spec.dtype, var=tirx.Var(c_identifier(spec.name), spec.dtype.name))
             bindings[spec.name] = param.var
         else:
             numel = tirx.Var(f"{spec.name}_numel", "int64")
-            buffer = tirx.decl_buffer((numel,), spec.dtype.name, spec.name)
+            buffer = tirx.decl_buffer((numel,), spec.dtype.name, c_identifier(spec.name))
             param = Param(spec.name, "pointer", spec.dtype, buffer=buffer)
             bindings[spec.name] = PointerValue(param)
         params.append(param)

@@ -52,15 +52,40 @@ def package_fingerprint() -> str:
     return digest.hexdigest()
 
 
+def _value_fingerprint(value: Any) -> str:
+    """What a kernel sees of a name it uses: modules and functions by name (and source), values by repr."""
+    if inspect.ismodule(value):
+        return f"module {value.__name__}"
+    if inspect.isfunction(value) or inspect.isclass(value):
+        try:
+            return f"{value.__module__}.{value.__qualname__}:{inspect.getsource(value)}"
+        except Exception:  # noqa: BLE001 - builtins and classes without source
+            return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', repr(value))}"
+    return repr(value)
+
+
+def closure_fingerprint(fn: Any) -> list[tuple[str, str]]:
+    """The values of the free names a kernel body uses: closure variables and referenced globals.
+    Two kernels with the same source but different closure values (a class made in a factory
+    function) must not share a cache entry."""
+    try:
+        names = inspect.getclosurevars(fn)
+    except (TypeError, ValueError):
+        return []
+    values = {**names.globals, **names.nonlocals}
+    return sorted((name, _value_fingerprint(value)) for name, value in values.items())
+
+
 def kernel_key(script_cls: type, hyper_parameters: dict[str, Any], specialization: tuple, arch: str) -> str:
     try:
         source = inspect.getsource(script_cls)
-    except (OSError, TypeError):
+    except Exception:  # noqa: BLE001 - no source (REPL, exec): the key falls back to the class name
         source = script_cls.__qualname__
     text = json.dumps({
         "package": package_fingerprint(),
         "class": f"{script_cls.__module__}.{script_cls.__qualname__}",
         "source": source,
+        "closure": closure_fingerprint(script_cls._kernel_fn),
         "hyper": sorted((k, repr(v)) for k, v in hyper_parameters.items()),
         "specialization": repr(specialization),
         "arch": arch,

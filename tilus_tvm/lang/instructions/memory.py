@@ -121,7 +121,7 @@ class MemoryInstructions:
         dtype = dtypes.as_dtype(dtype)
         shape = check_shape("register_tensor", shape)
         layout = check_layout("register_tensor", layout, shape, builder.num_threads)
-        if init is not None and not is_scalar(init) and not callable(init):
+        if init is not None and not is_scalar(init) and not callable(init):  # is_scalar first: exprs are callable
             raise ScriptError(f"register_tensor: init must be a scalar or a function of the indices, got {init!r}")
         return builder.allocate_register(dtype, shape, layout, init)
 

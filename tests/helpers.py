@@ -1,0 +1,20 @@
+"""Shared test helpers."""
+import importlib.util
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TUTORIALS = ROOT / "tutorials"
+
+
+def load_tutorial(name: str):
+    """Import tutorials/<name>.py as a module (its main() does not run)."""
+    path = TUTORIALS / f"{name}.py"
+    module_name = f"tutorial_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # inspect.getsource needs the module registered
+    spec.loader.exec_module(module)
+    return module

@@ -42,4 +42,6 @@ from tilus_tvm.layout.shared import (
     swizzled,
 )
 from tilus_tvm.layout.swizzle import Swizzle
+from tilus_tvm.layout import cute, thunderkittens  # CuTe algebra as a namespace: its names would clash here
+from tilus_tvm.layout.bridges import cute_to_shared, register_to_tv, shared_to_cute, tv_to_register
 from tilus_tvm.layout.visualize import visualize_layout

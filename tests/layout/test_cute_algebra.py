@@ -379,3 +379,11 @@ def test_left_inverse_exhaustive():
 def test_left_inverse_of_a_non_injective_layout_raises():
     with pytest.raises(LayoutError, match=r"left_inverse\(\(2,2\):\(1,1\)\): .*not injective"):
         cute.left_inverse(L((2, 2), (1, 1)))
+
+
+def test_negative_strides_are_refused_by_the_inverses():
+    assert values(cute.coalesce(L((2, 2), (-1, -2)))) == [0, -1, -2, -3]
+    with pytest.raises(LayoutError, match=r"right_inverse\(4:-1\): negative strides"):
+        cute.right_inverse(L(4, -1))
+    with pytest.raises(LayoutError, match=r"composition\(\(8,2\):\(1,16\), 4:-1\): negative stride -1 on the right"):
+        cute.composition(L((8, 2), (1, 16)), L(4, -1))

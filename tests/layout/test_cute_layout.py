@@ -190,3 +190,8 @@ def test_every_coordinate_of_small_layouts_is_accepted():
         layout = cute.Layout(shape)
         for coord in itertools.product(*(range(cute.product(s)) for s in shape)):
             assert layout(*coord) == cute.crd2idx(coord, shape)
+
+
+def test_shape_and_stride_functions():
+    assert cute.shape(LAYOUT_2X4) == (2, (2, 2)) and cute.stride(LAYOUT_2X4) == (4, (1, 2))
+    assert cute.shape(LAYOUT_2X4, mode=1) == (2, 2) and cute.stride(LAYOUT_2X4, mode=[1, 1]) == 2

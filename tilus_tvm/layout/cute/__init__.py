@@ -43,9 +43,11 @@ from tilus_tvm.layout.cute.layout import (
     flatten,
     make_layout,
     rank,
+    shape,
     size,
     slice_,
     slice_and_offset,
+    stride,
 )
 from tilus_tvm.layout.cute.printing import format_layout, print_layout
 from tilus_tvm.layout.cute.tiling import (
@@ -71,6 +73,6 @@ __all__ = [
     "idx2crd", "inner_product", "is_int", "is_tuple", "left_inverse", "local_partition", "local_tile",
     "logical_divide", "logical_product", "make_composed_layout", "make_identity_layout", "make_layout",
     "prefix_product", "print_layout", "product", "product_each", "raked_product", "rank", "right_inverse",
-    "shape_div", "size", "slice_", "slice_and_offset", "tiled_divide", "tiled_product", "zipped_divide",
+    "shape", "shape_div", "size", "slice_", "slice_and_offset", "stride", "tiled_divide", "tiled_product", "zipped_divide",
     "zipped_product",
 ]

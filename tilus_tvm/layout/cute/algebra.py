@@ -4,6 +4,17 @@ Semantics follow CuTe's C++ (CUTLASS >= 3.8) with every int treated as a static 
 value: where C++ would fail a ``static_assert`` (a non-injective complement, a composition whose
 strides do not divide), we raise :class:`LayoutError` naming the operation and its operands.
 Products and divides, built from these, are in :mod:`tilus_tvm.layout.cute.tiling`.
+
+Where we differ from C++, it is to refuse a result that is not what the operation promises:
+
+- ``complement`` requires each sorted stride to be a multiple of the span below it (C++ rounds
+  down silently and returns a layout that leaves holes);
+- ``composition`` refuses a right side whose modes, added, would carry from one mode of the left
+  layout into the next (C++ returns the mode-by-mode result, which is then not ``lhs o rhs``);
+  it accepts taking fewer elements than a left mode has without dividing it (C++'s static check
+  is stricter there, the result is exact);
+- negative strides are kept by ``Layout`` and ``coalesce`` but refused by ``complement``, the
+  right side of ``composition`` and the inverses.
 """
 from __future__ import annotations
 
@@ -271,21 +282,24 @@ def right_inverse(layout: Layout) -> Layout:
     >>> str(right_inverse(Layout((4, 2), (2, 1))))
     '(2,4):(4,1)'
     """
-    flat = coalesce(as_layout(layout, "right_inverse"))
+    layout = as_layout(layout, "right_inverse")
+    flat = coalesce(layout)
     shapes, strides = it.flatten(flat.shape), it.flatten(flat.stride)
+    if any(d < 0 for d in strides):
+        raise LayoutError(f"right_inverse({layout}): negative strides are not supported")
     positions = it.flatten(it.prefix_product(shapes))
     chain = []
     next_stride = 1
     while True:
-        found = next((i for i, d in enumerate(strides) if abs(d) == next_stride and i not in chain), None)
+        found = next((i for i, d in enumerate(strides) if d == next_stride and i not in chain), None)
         if found is None:
             break
         chain.append(found)
-        next_stride = shapes[found] * abs(strides[found])
+        next_stride = shapes[found] * strides[found]
     if not chain:
         return Layout(1, 0)
     result_shape = tuple(shapes[i] for i in chain)
-    result_stride = tuple(positions[i] * (1 if strides[i] > 0 else -1) for i in chain)
+    result_stride = tuple(positions[i] for i in chain)
     if len(chain) == 1:
         return Layout(result_shape[0], result_stride[0])
     return Layout(result_shape, result_stride)

@@ -212,6 +212,16 @@ def slice_(layout: Layout, coord: Any) -> Layout:
 
 
 # ---- queries as functions (CuTe's spelling) --------------------------------------------------------
+def shape(x: Any, mode: Any = None) -> IntTuple:
+    """The shape of a layout (of mode ``mode``: an int or a path of ints)."""
+    return _mode(x, mode).shape
+
+
+def stride(x: Any, mode: Any = None) -> IntTuple:
+    """The stride of a layout (of mode ``mode``)."""
+    return _mode(x, mode).stride
+
+
 def size(x: Any, mode: Any = None) -> int:
     """Number of elements of a layout or int-tuple (of mode ``mode``: an int or a path of ints)."""
     x = _mode(x, mode)

@@ -12,5 +12,6 @@ from tilus_tvm.dtypes import (DataType, PointerType, bfloat16, boolean, float16,
 from tilus_tvm.errors import CompileError, LaunchError, LayoutError, ScriptError, TilusError
 from tilus_tvm.lang.script import Script
 from tilus_tvm.runtime.cache import set_cache_dir
+from tilus_tvm.runtime.kernel import CompiledKernel, load_kernel
 
 __version__ = "0.1.0"

@@ -120,6 +120,10 @@ def test_export_writes_a_library(tmp_path):
     path = compiled.export(tmp_path / "add_one.so")
     data = open(path, "rb").read()
     assert data[:4] == b"\x7fELF" and b"add_one_kernel_kernel" in data
+    loaded = tilus.load_kernel(path)  # launchable later (the launch itself is a GPU test)
+    assert (loaded.name, loaded.grid([1000]), loaded.prim_func.script()) == \
+        ("add_one_kernel", (8,), compiled.prim_func.script())
+    assert [s.annotation for s in loaded.specs] == [s.annotation for s in compiled.specs]
 
 
 def test_layouts_chosen_for_the_seed_matmul():

@@ -89,3 +89,24 @@ def test_unaligned_views_are_correct():
     c = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
     kernel(m, n, k, a, b, c)
     torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+EXPORTED = """
+import sys, torch, tilus_tvm as tilus
+kernel = tilus.load_kernel(sys.argv[1])
+a = torch.randn(300, device="cuda")
+b = torch.full_like(a, float("nan"))
+kernel(300, a, b)
+assert torch.equal(b, a + 1), "wrong result"
+print("loaded kernel ok", kernel.from_cache)
+"""
+
+
+def test_exported_kernel_runs_in_a_fresh_process(tmp_path):
+    kernel = load_tutorial("02_add_one").AddOneKernel(block_n=128, warps=4)
+    compiled = kernel.compile(300, torch.zeros(300), torch.zeros(300))
+    path = compiled.export(tmp_path / "add_one.so")
+    result = subprocess.run([sys.executable, "-c", EXPORTED, path], capture_output=True, text=True, cwd=ROOT,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "loaded kernel ok" in result.stdout

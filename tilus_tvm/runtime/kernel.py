@@ -1,6 +1,7 @@
 """A compiled kernel: its TIR, CUDA source, PTX, the loaded module, and the launch itself."""
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -97,14 +98,29 @@ class CompiledKernel:
         return self._ptx
 
     def export(self, path: str) -> str:
-        """Write the kernel as a shared library loadable later without recompiling."""
+        """Write the kernel as a shared library, plus ``<path>.json`` describing its signature, so
+        :func:`load_kernel` gives back a launchable kernel later without recompiling. The library alone
+        is a TVM module too (``tvm.runtime.load_module(path)[name]``, pointers passed as 1-D tensors)."""
+        path = str(path)
         if self.executable is not None:
-            self.executable.export_library(str(path))
+            self.executable.export_library(path)
         elif self.library_path is not None:
             shutil.copyfile(self.library_path, path)
         else:
             raise CompileError(f"kernel {self.display_name} has no library to export")
-        return str(path)
+        with open(path + ".json", "w") as f:
+            json.dump(self.description(), f, indent=1)
+        return path
+
+    def description(self) -> dict[str, Any]:
+        """Everything but the library: what load_kernel needs to launch it again."""
+        return {
+            "name": self.name, "display_name": self.display_name, "arch": self.arch,
+            "params": [[s.name, s.kind, s.annotation.__name__ if s.kind == "const" else repr(s.annotation)]
+                       for s in self.specs],
+            "const_values": self.const_values, "grid": self.grid_source, "num_threads": self.num_threads,
+            "shared_bytes": self.shared_bytes, "cuda_source": self.cuda_source, "tir": self.tir_text,
+        }
 
     # --- launching ------------------------------------------------------------------------------
     def grid(self, scalar_args: list[Any]) -> tuple[int, ...]:
@@ -145,3 +161,28 @@ class CompiledKernel:
         stream = torch.cuda.current_stream(device).cuda_stream
         with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", device), stream):
             self.function()(*bound.call_args)
+
+
+def _annotation(kind: str, text: str) -> Any:
+    from tilus_tvm.dtypes import as_dtype
+
+    if kind == "const":
+        return {"int": int, "float": float, "bool": bool}[text]
+    return ~as_dtype(text[1:]) if kind == "pointer" else as_dtype(text)
+
+
+def load_kernel(path: str) -> CompiledKernel:
+    """Load a kernel written by :meth:`CompiledKernel.export`; nothing is recompiled (the CUDA
+    module is loaded, and its source compiled by the driver's NVRTC, at the first launch)."""
+    from tilus_tvm.runtime.target import resolve_target
+
+    try:
+        with open(str(path) + ".json") as f:
+            meta = json.load(f)
+    except OSError as exc:
+        raise LaunchError(f"load_kernel: {path}.json (written by export) is missing: {exc}") from exc
+    specs = [ParamSpec(name, kind, _annotation(kind, text)) for name, kind, text in meta["params"]]
+    target, arch = resolve_target(meta["arch"])
+    return CompiledKernel(meta["name"], meta["display_name"], arch, target, specs, meta["const_values"],
+                          meta["grid"], meta["num_threads"], meta["shared_bytes"], meta["cuda_source"],
+                          meta["tir"], library_path=str(path))

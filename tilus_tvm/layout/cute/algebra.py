@@ -188,7 +188,7 @@ def composition(lhs: Any, rhs: Any) -> Any:
         return lhs
     if isinstance(rhs, tuple):
         if len(rhs) > lhs.rank:
-            raise LayoutError(f"composition({lhs}, {_tiler_str(rhs)}): the tiler has more modes than the layout")
+            raise LayoutError(f"composition({lhs}, {tiler_str(rhs)}): the tiler has more modes than the layout")
         return make_layout(*(composition(lhs[i], r) for i, r in enumerate(rhs)))
     if isinstance(rhs, ComposedLayout) or (not isinstance(rhs, Layout) and not it.is_int(rhs)):
         raise LayoutError(f"composition({lhs}, {rhs!r}): rhs must be a Layout, an int or a tuple tiler")
@@ -266,9 +266,10 @@ def _max_digit(s: int, d: int, position: int, size: int) -> int:
     return max((i * d // position) % size for i in range(s))
 
 
-def _tiler_str(tiler: Any) -> str:
+def tiler_str(tiler: Any) -> str:
+    """A tiler as CuTe prints a tile: ``<2:1,_>``."""
     if isinstance(tiler, tuple):
-        return "<" + ",".join(_tiler_str(t) for t in tiler) + ">"
+        return "<" + ",".join(tiler_str(t) for t in tiler) + ">"
     return "_" if tiler is None else str(tiler)
 
 

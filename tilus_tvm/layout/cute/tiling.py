@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from tilus_tvm.errors import LayoutError
 from tilus_tvm.layout.cute import int_tuple as it
-from tilus_tvm.layout.cute.algebra import as_layout, coalesce, complement, composition, operation
+from tilus_tvm.layout.cute.algebra import as_layout, coalesce, complement, composition, operation, tiler_str
 from tilus_tvm.layout.cute.layout import Layout, append, make_layout, slice_, slice_and_offset, zip_layouts
 
 
@@ -19,16 +19,10 @@ def _by_mode(layout: Layout, tiler: Any, op: Callable, name: str) -> Layout | No
     if not isinstance(tiler, tuple):
         return None
     if len(tiler) > layout.rank:
-        raise LayoutError(f"{name}({layout}, {_tiler_str(tiler)}): the tiler has {len(tiler)} modes, the layout "
+        raise LayoutError(f"{name}({layout}, {tiler_str(tiler)}): the tiler has {len(tiler)} modes, the layout "
                           f"only {layout.rank}")
     modes = [op(layout[i], t) for i, t in enumerate(tiler)]
     return make_layout(*modes, *list(layout)[len(tiler):])
-
-
-def _tiler_str(tiler: Any) -> str:
-    if isinstance(tiler, tuple):
-        return "<" + ",".join(_tiler_str(t) for t in tiler) + ">"
-    return "_" if tiler is None else str(tiler)
 
 
 def _unzip(layout: Layout, tiler: Any) -> Layout:
@@ -37,11 +31,15 @@ def _unzip(layout: Layout, tiler: Any) -> Layout:
     return Layout(it.zip2_by(layout.shape, tiler), it.zip2_by(layout.stride, tiler))
 
 
+def _keep_all(mode: Layout) -> Any:
+    """The slice coordinate that keeps every sub-mode of ``mode`` and lifts them one level up
+    (CuTe's ``repeat<rank>(_)``: a single ``_`` for a rank-1 mode)."""
+    return tuple([None] * mode.rank) if it.is_tuple(mode.shape) and mode.rank > 1 else None
+
+
 def _unpack(layout: Layout, first: bool) -> Layout:
     """Flatten mode 1 (and mode 0 when ``first``) of a rank-2 layout one level into the top."""
-    def keep_all(mode: Layout) -> Any:
-        return tuple([None] * mode.rank) if it.is_tuple(mode.shape) and mode.rank > 1 else None
-    return slice_(layout, (keep_all(layout[0]) if first else None, keep_all(layout[1])))
+    return slice_(layout, (_keep_all(layout[0]) if first else None, _keep_all(layout[1])))
 
 
 # ---- products ------------------------------------------------------------------------------------
@@ -165,7 +163,7 @@ def local_tile(layout: Layout, tiler: Any, coord: Any) -> tuple[Layout, int]:
     ('(2,3):(1,8)', 26)
     """
     tiled = zipped_divide(layout, tiler)
-    with operation("local_tile", layout, _tiler_str(tiler), coord):
+    with operation("local_tile", layout, tiler_str(tiler), coord):
         tile_keep, rest = _keep_all(tiled[0]), tiled[1]
         if isinstance(coord, tuple):
             if not it.is_tuple(rest.shape):
@@ -205,6 +203,3 @@ def _coord_of_index(index: int, tile: Layout) -> Any:
         return hier
     return tuple(it.crd2idx(c, s) for c, s in zip(hier, tile.shape))
 
-
-def _keep_all(mode: Layout) -> Any:
-    return tuple([None] * mode.rank) if it.is_tuple(mode.shape) else None

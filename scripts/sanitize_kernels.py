@@ -1,0 +1,77 @@
+"""Run every kernel family once on small, ragged shapes; meant to be run under compute-sanitizer:
+
+    compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py
+    compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py
+
+Ragged shapes make the masked edges of loads and stores execute. Results are checked too.
+"""
+import math
+import pathlib
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from tests.helpers import load_tutorial  # noqa: E402
+from tests.lang import kernels as K  # noqa: E402
+from tilus_tvm import float16, float32, int8, int32  # noqa: E402
+from tilus_tvm.layout import spatial  # noqa: E402
+
+
+def check(name, got, expected, tol=1e-2):
+    torch.testing.assert_close(got.float(), expected.float(), rtol=tol, atol=tol)
+    print(f"ok {name}")
+
+
+def main():
+    cuda = dict(device="cuda")
+    a = torch.randn(37, **cuda)
+    b = torch.empty_like(a)
+    load_tutorial("02_add_one").AddOneKernel(16, 4)(37, a, b)
+    check("add_one", b, a + 1)
+
+    for module, cls in (("03_matmul", "Matmul"), ("04_matmul_v0", "MatmulV0")):
+        m, n, k = 37, 72, 40
+        x = torch.randn(m, k, dtype=torch.float16, **cuda) / math.sqrt(k)
+        y = torch.randn(k, n, dtype=torch.float16, **cuda) / math.sqrt(k)
+        z = torch.empty(m, n, dtype=torch.float16, **cuda)
+        getattr(load_tutorial(module), cls)()(m, n, k, x, y, z)
+        check(cls, z, x.float() @ y.float())
+
+    x, y = torch.randn(45, 48, **cuda), torch.randn(45, 1, **cuda)
+    z = torch.empty_like(x)
+    K.Elementwise(32, 48, 2)(45, x, y, z)
+    check("elementwise", z, torch.clamp(torch.where(x > 0, x * y, torch.exp(x) - 1), min=-0.5))
+
+    x = torch.randn(13, 128, **cuda)
+    z = torch.empty_like(x)
+    K.Softmax(8, 128, 4)(13, x, z)
+    check("softmax", z, torch.softmax(x, 1), 1e-4)
+
+    x = torch.randn(64, 32, **cuda)
+    z = torch.empty(3, 32, **cuda)
+    K.ColumnReduce(64, 32, 4)(x, z)
+    check("column_reduce", z, torch.stack([x.sum(0), x.amax(0), x.amin(0)]), 1e-4)
+
+    x = torch.randn(32, 64, dtype=torch.float16, **cuda)
+    z = torch.empty_like(x)
+    K.SharedRoundTrip(True)(x, z)
+    check("shared", z, x + x)
+
+    for m, n, k, dtype, acc, layout in [(64, 32, 32, float16, float32, spatial(16, 8).local(4, 4)),
+                                        (32, 32, 64, int8, int32, None), (24, 12, 10, float16, float32, None)]:
+        if dtype is int8:
+            x = torch.randint(-8, 8, (m, k), dtype=torch.int8, **cuda)
+            y = torch.randint(-8, 8, (k, n), dtype=torch.int8, **cuda)
+        else:
+            x = torch.randn(m, k, **cuda).to(dtype.torch_dtype)
+            y = torch.randn(k, n, **cuda).to(dtype.torch_dtype)
+        z = torch.empty(m, n, dtype=acc.torch_dtype, **cuda)
+        K.dot_kernel(m, n, k, dtype, acc, a_layout=layout)(x, y, z)
+        check(f"dot {m}x{n}x{k} {dtype.name}", z, (x.cpu().float() @ y.cpu().float()).cuda() + 1)
+    torch.cuda.synchronize()
+    print("all kernels ran")
+
+
+if __name__ == "__main__":
+    main()

@@ -27,3 +27,12 @@ def test_seed_000_register_layouts_doctest():
     results = run_doctest(seed_text(SEED_000), SEED_000)
     assert results.attempted >= 10
     assert results.failed == 0
+
+
+def test_readme_layout_example():
+    readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+    test = doctest.DocTestParser().get_doctest(readme.read_text(), {}, "README.md", "README.md", 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    results = runner.summarize(verbose=False)
+    assert results.attempted >= 2 and results.failed == 0

@@ -73,6 +73,6 @@ __all__ = [
     "idx2crd", "inner_product", "is_int", "is_tuple", "left_inverse", "local_partition", "local_tile",
     "logical_divide", "logical_product", "make_composed_layout", "make_identity_layout", "make_layout",
     "prefix_product", "print_layout", "product", "product_each", "raked_product", "rank", "right_inverse",
-    "shape", "shape_div", "size", "slice_", "slice_and_offset", "stride", "tiled_divide", "tiled_product", "zipped_divide",
-    "zipped_product",
+    "shape", "shape_div", "size", "slice_", "slice_and_offset", "stride", "tiled_divide", "tiled_product",
+    "zipped_divide", "zipped_product",
 ]

@@ -2,6 +2,7 @@
 thread index, the shared-memory plan, and the index arithmetic shared by all emitters."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 from tvm import tirx
@@ -14,6 +15,8 @@ from tilus_tvm.ir.scalar import expr_dtype
 from tilus_tvm.ir.stmt import Function
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus_tvm.layout.register import RegisterLayout, row_major_ravel, row_major_unravel
+from tilus_tvm.layout.shared import SharedLayout
+from tilus_tvm.layout.to_tir import register_inverse_index_map, shared_index_map
 from tilus_tvm.passes.shared_memory import SharedMemoryPlan
 
 EMITTERS: dict[type, Callable] = {}
@@ -35,6 +38,31 @@ def const(value: Any, dtype: DataType | str):
     if isinstance(value, (bool, int, float)):
         return tirx.const(value, name)
     return value if expr_dtype(value) == name else tirx.Cast(name, value)
+
+
+@functools.lru_cache(maxsize=None)
+def _inverse_map(layout: RegisterLayout):
+    return register_inverse_index_map(layout)
+
+
+@functools.lru_cache(maxsize=None)
+def _offset_map(layout: SharedLayout):
+    return shared_index_map(layout)
+
+
+def logical_index(layout: RegisterLayout, thread: Any, local: Any) -> tuple:
+    """The tile element held in slot ``local`` of ``thread``, through the layout's TVM IndexMap.
+
+    The map is exact for threads below ``layout.num_threads``; a thread beyond them (a block larger
+    than the layout) gets some element of the tile, so its loads stay in bounds; it never stores
+    (see :meth:`CodegenContext.owner_condition`).
+    """
+    return tuple(_inverse_map(layout).map_indices([thread, local]))
+
+
+def shared_offset(layout: SharedLayout, coords: Sequence[Any]) -> Any:
+    """Element offset of ``coords`` in a shared tensor, through the layout's TVM IndexMap."""
+    return _offset_map(layout).map_indices(list(coords))[0]
 
 
 class CodegenContext:
@@ -81,6 +109,10 @@ class CodegenContext:
     def declare_shared(self, tensor: SharedTensor) -> None:
         self.views[id(tensor)] = self.shared_view(self.plan.offset_of(tensor), tensor.dtype, tensor.layout.cosize,
                                                   tensor.name)
+
+    def logical(self, layout: RegisterLayout, local: Any) -> tuple:
+        """The tile element this thread holds in slot ``local``."""
+        return logical_index(layout, self.tx, local)
 
     # --- control helpers ------------------------------------------------------------------------
     def guarded(self, cond) -> Any:

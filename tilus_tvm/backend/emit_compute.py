@@ -119,11 +119,11 @@ def emit_convert_layout(ctx: CodegenContext, inst: ir.ConvertLayout) -> None:
     _sync()  # the scratch may overlap memory other threads were still reading
     with ctx.guarded(ctx.owner_condition(src.layout)):
         with Tb.unroll(0, src.layout.local_size) as i:
-            Tb.buffer_store(scratch, src_buf[i], [_row_major_linear(src.layout.logical(ctx.tx, i), src.shape)])
+            Tb.buffer_store(scratch, src_buf[i], [_row_major_linear(ctx.logical(src.layout, i), src.shape)])
     _sync()
     with Tb.unroll(0, out.layout.local_size) as i:
-        position = _row_major_linear(out.layout.logical(ctx.tx, i), out.shape)
-        Tb.buffer_store(dst_buf, scratch[tirx.min(position, src.size - 1)], [i])
+        position = _row_major_linear(ctx.logical(out.layout, i), out.shape)
+        Tb.buffer_store(dst_buf, scratch[position], [i])
     _sync()
 
 
@@ -185,11 +185,11 @@ def _reduce_through_shared(ctx: CodegenContext, inst: ir.Reduce, num_out: int) -
     _sync()
     with ctx.guarded(ctx.owner_condition(x.layout)):
         with Tb.unroll(0, num_out) as j:
-            position = _row_major_linear(out.layout.logical(ctx.tx, j), out.shape)
+            position = _row_major_linear(ctx.logical(out.layout, j), out.shape)
             Tb.buffer_store(scratch, dst[j], [part * out.size + position])
     _sync()
     with Tb.unroll(0, num_out) as j:
-        position = tirx.min(_row_major_linear(out.layout.logical(ctx.tx, j), out.shape), out.size - 1)
+        position = _row_major_linear(ctx.logical(out.layout, j), out.shape)
         acc = scratch[position]
         for p in range(1, partials):
             acc = combine(acc, scratch[p * out.size + position])

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from tvm import sym, tirx
 from tvm.script.ir_builder import tirx as Tb
 
-from tilus_tvm.backend.context import CodegenContext, bounds_condition, const, emitter, place_tile
+from tilus_tvm.backend.context import CodegenContext, bounds_condition, const, emitter, place_tile, shared_offset
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.builder import is_scalar
 from tilus_tvm.ir.tensor import GlobalTensor
@@ -32,7 +32,7 @@ def emit_allocate_register(ctx: CodegenContext, inst: ir.AllocateRegister) -> No
         if is_scalar(inst.init):  # (TVM expressions are callable too, so test for a scalar first)
             value = inst.init
         else:
-            value = inst.init(*out.layout.logical(ctx.tx, i))
+            value = inst.init(*ctx.logical(out.layout, i))
         Tb.buffer_store(buf, const(value, out.dtype), [i])
 
 
@@ -101,7 +101,7 @@ def emit_load_global(ctx: CodegenContext, inst: ir.LoadGlobal) -> None:
     zero = const(0, out.dtype)
     with Tb.unroll(0, layout.local_size // width) as j:
         i = j * width
-        coords = place_tile(inst.offsets, inst.dims, layout.logical(ctx.tx, i))
+        coords = place_tile(inst.offsets, inst.dims, ctx.logical(layout, i))
         cond = bounds_condition(coords, inst.src.shape)
         if width == 1:
             Tb.buffer_store(buf, tirx.if_then_else(cond, view[tuple(coords)], zero), [i])
@@ -122,7 +122,7 @@ def emit_store_global(ctx: CodegenContext, inst: ir.StoreGlobal) -> None:
     with ctx.guarded(ctx.owner_condition(layout)):
         with Tb.unroll(0, layout.local_size // width) as j:
             i = j * width
-            coords = place_tile(inst.offsets, inst.dims, layout.logical(ctx.tx, i))
+            coords = place_tile(inst.offsets, inst.dims, ctx.logical(layout, i))
             with ctx.guarded(bounds_condition(coords, inst.dst.shape)):
                 if width == 1:
                     Tb.buffer_store(view, buf[i], coords)
@@ -132,8 +132,7 @@ def emit_store_global(ctx: CodegenContext, inst: ir.StoreGlobal) -> None:
 
 
 def _shared_offset(ctx: CodegenContext, tensor, offsets, dims, tile_index):
-    coords = place_tile(offsets, dims, tile_index)
-    return tensor.layout.offset(*coords)
+    return shared_offset(tensor.layout, place_tile(offsets, dims, tile_index))
 
 
 @emitter(ir.LoadShared)
@@ -142,7 +141,7 @@ def emit_load_shared(ctx: CodegenContext, inst: ir.LoadShared) -> None:
     view = ctx.view(inst.src)
     buf = ctx.reg(out)
     with Tb.unroll(0, out.layout.local_size) as i:
-        offset = _shared_offset(ctx, inst.src, inst.offsets, inst.dims, out.layout.logical(ctx.tx, i))
+        offset = _shared_offset(ctx, inst.src, inst.offsets, inst.dims, ctx.logical(out.layout, i))
         Tb.buffer_store(buf, view[offset], [i])
 
 
@@ -153,5 +152,5 @@ def emit_store_shared(ctx: CodegenContext, inst: ir.StoreShared) -> None:
     buf = ctx.reg(src)
     with ctx.guarded(ctx.owner_condition(src.layout)):
         with Tb.unroll(0, src.layout.local_size) as i:
-            offset = _shared_offset(ctx, inst.dst, inst.offsets, inst.dims, src.layout.logical(ctx.tx, i))
+            offset = _shared_offset(ctx, inst.dst, inst.offsets, inst.dims, ctx.logical(src.layout, i))
             Tb.buffer_store(view, buf[i], [offset])

@@ -166,3 +166,16 @@ class Casts(tilus.Script):
         y = x.to(float16).to(bfloat16).to(float32) * float(scale)
         self.store_global(gy, y, offsets=[0])
 
+
+
+class ColumnOfColumnMajor(tilus.Script):
+    """Copy column j of a column-major [m, n] matrix: the tile runs along global dimension 0, the one
+    with unit stride, so its loads are vectorised along dimension 0."""
+
+    def __call__(self, m: int, n: int, j: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        gx = self.global_view(x_ptr, dtype=float32, shape=[m, n], strides=[1, m])
+        go = self.global_view(out_ptr, dtype=float32, shape=[m])
+        column = self.load_global(gx, offsets=[0, j], shape=[m], dims=[0])
+        self.store_global(go, column, offsets=[0])

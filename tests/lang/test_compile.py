@@ -157,3 +157,17 @@ def test_author_layout_inserts_a_conversion():
     func = infer_layouts(transpile(kernel, specs, {}))
     conversions = [i for i in instructions(func.body) if isinstance(i, ir.ConvertLayout)]
     assert len(conversions) == 1 and conversions[0].x.layout == spatial(16, 8).local(4, 4)
+
+
+def test_vector_accesses_follow_the_unit_stride_dimension():
+    compiled = K.ColumnOfColumnMajor().compile(128, 5, 0, torch.zeros(5, 128).t(), torch.zeros(128), target="sm_80")
+    assert "float4" in compiled.cuda_source  # 16-byte accesses along dimension 0 of the view
+
+
+def test_no_vector_accesses_for_unaligned_pointers():
+    storage = torch.zeros(129)
+    aligned = K.ColumnOfColumnMajor().compile(128, 1, 0, storage[:128].view(1, 128).t(), storage[:128],
+                                              target="sm_80")
+    unaligned = K.ColumnOfColumnMajor().compile(128, 1, 0, storage[1:].view(1, 128).t(), storage[1:],
+                                                target="sm_80")
+    assert "float4" in aligned.cuda_source and "float4" not in unaligned.cuda_source

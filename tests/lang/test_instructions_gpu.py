@@ -175,3 +175,12 @@ def test_scalar_int32_out_of_range_rejected():
     out = torch.zeros(4, dtype=torch.int32, device="cuda")
     with pytest.raises(tilus.LaunchError, match="out of range for int32"):
         K.ScalarControl()(2**31, out)
+
+
+def test_vector_loads_along_a_column_major_dimension():
+    m, n = 128, 5
+    x = torch.randn(n, m, device="cuda").t()  # [m, n] with strides (1, m)
+    out = torch.full((m,), float("nan"), device="cuda")
+    for j in range(n):
+        K.ColumnOfColumnMajor()(m, n, j, x, out)
+        torch.testing.assert_close(out, x[:, j])

@@ -91,44 +91,54 @@ def _divisible(analyzer: sym.Analyzer, value: Any, width: int) -> bool:
     return modular.coeff % width == 0 and modular.base % width == 0
 
 
+class _GlobalAccess:
+    """The per-vector addressing shared by global loads and stores: vector ``j`` covers register
+    slots ``j*width ..`` and tile elements along ``dims[-1]`` starting at ``coords``."""
+
+    def __init__(self, ctx: CodegenContext, layout: RegisterLayout, tensor: GlobalTensor, offsets, dims):
+        self.ctx, self.layout, self.tensor, self.offsets, self.dims = ctx, layout, tensor, offsets, dims
+        aligned = ctx.func.aligned(tensor.pointer)
+        self.width = vector_width(layout, tensor, offsets, dims) if aligned else 1
+
+    def coords(self, first_slot) -> list[Any]:
+        return place_tile(self.offsets, self.dims, self.ctx.logical(self.layout, first_slot))
+
+    def element(self, view, coords: list[Any]) -> tuple[Any, list[Any]]:
+        """(buffer, indices) of the element or vector at ``coords``. TVM allows a vector only in a
+        buffer's last index, so a vector goes through the flat pointer buffer at the linear offset."""
+        if self.width == 1:
+            return view, coords
+        linear = sum((c * s for c, s in zip(coords, self.tensor.strides)), 0)
+        return self.tensor.pointer.buffer, [tirx.Ramp(linear, 1, self.width)]
+
+    def slots(self, first_slot):
+        return first_slot if self.width == 1 else tirx.Ramp(first_slot, 1, self.width)
+
+
 @emitter(ir.LoadGlobal)
 def emit_load_global(ctx: CodegenContext, inst: ir.LoadGlobal) -> None:
     out = inst.output
-    layout = out.layout
-    view = ctx.view(inst.src)
-    buf = ctx.reg(out)
-    width = vector_width(layout, inst.src, inst.offsets, inst.dims) if ctx.func.aligned(inst.src.pointer) else 1
-    zero = const(0, out.dtype)
-    with Tb.unroll(0, layout.local_size // width) as j:
-        i = j * width
-        coords = place_tile(inst.offsets, inst.dims, ctx.logical(layout, i))
+    access = _GlobalAccess(ctx, out.layout, inst.src, inst.offsets, inst.dims)
+    view, buf, width = ctx.view(inst.src), ctx.reg(out), access.width
+    zero = const(0, out.dtype) if width == 1 else tirx.Broadcast(const(0, out.dtype), width)
+    with Tb.unroll(0, out.layout.local_size // width) as j:
+        coords = access.coords(j * width)
+        load = tirx.BufferLoad(*access.element(view, coords))
         cond = bounds_condition(coords, inst.src.shape)
-        if width == 1:
-            Tb.buffer_store(buf, tirx.if_then_else(cond, view[tuple(coords)], zero), [i])
-        else:
-            index = coords[:-1] + [tirx.Ramp(coords[-1], 1, width)]
-            load = tirx.BufferLoad(view, index)
-            Tb.buffer_store(buf, tirx.if_then_else(cond, load, tirx.Broadcast(zero, width)),
-                            [tirx.Ramp(i, 1, width)])
+        Tb.buffer_store(buf, tirx.if_then_else(cond, load, zero), [access.slots(j * width)])
 
 
 @emitter(ir.StoreGlobal)
 def emit_store_global(ctx: CodegenContext, inst: ir.StoreGlobal) -> None:
     src = inst.src
-    layout = src.layout
-    view = ctx.view(inst.dst)
-    buf = ctx.reg(src)
-    width = vector_width(layout, inst.dst, inst.offsets, inst.dims) if ctx.func.aligned(inst.dst.pointer) else 1
-    with ctx.guarded(ctx.owner_condition(layout)):
-        with Tb.unroll(0, layout.local_size // width) as j:
-            i = j * width
-            coords = place_tile(inst.offsets, inst.dims, ctx.logical(layout, i))
+    access = _GlobalAccess(ctx, src.layout, inst.dst, inst.offsets, inst.dims)
+    view, buf, width = ctx.view(inst.dst), ctx.reg(src), access.width
+    with ctx.guarded(ctx.owner_condition(src.layout)):
+        with Tb.unroll(0, src.layout.local_size // width) as j:
+            coords = access.coords(j * width)
             with ctx.guarded(bounds_condition(coords, inst.dst.shape)):
-                if width == 1:
-                    Tb.buffer_store(view, buf[i], coords)
-                else:
-                    index = coords[:-1] + [tirx.Ramp(coords[-1], 1, width)]
-                    Tb.buffer_store(view, tirx.BufferLoad(buf, [tirx.Ramp(i, 1, width)]), index)
+                target, index = access.element(view, coords)
+                Tb.buffer_store(target, tirx.BufferLoad(buf, [access.slots(j * width)]), index)
 
 
 def _shared_offset(ctx: CodegenContext, tensor, offsets, dims, tile_index):

@@ -27,7 +27,7 @@ def make_params(specs: list[ParamSpec], const_values: Mapping[str, Any]) -> tupl
             param = Param(spec.name, "scalar", spec.dtype, var=tirx.Var(c_identifier(spec.name), spec.dtype.name))
             bindings[spec.name] = param.var
         else:
-            numel = tirx.Var(f"{spec.name}_numel", "int64")
+            numel = tirx.Var(f"{spec.name}_numel", "int32")  # kernels index with int32 (checked at launch)
             buffer = tirx.decl_buffer((numel,), spec.dtype.name, c_identifier(spec.name))
             param = Param(spec.name, "pointer", spec.dtype, buffer=buffer)
             bindings[spec.name] = PointerValue(param)

@@ -179,3 +179,18 @@ class ColumnOfColumnMajor(tilus.Script):
         go = self.global_view(out_ptr, dtype=float32, shape=[m])
         column = self.load_global(gx, offsets=[0, j], shape=[m], dims=[0])
         self.store_global(go, column, offsets=[0])
+
+
+class LargeShared(tilus.Script):
+    """A 96 KB shared tensor: more than the 48 KB a kernel gets without opting in."""
+
+    def __call__(self, x_ptr: ~float32, y_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 8
+        gx = self.global_view(x_ptr, dtype=float32, shape=[192, 128])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[192, 128])
+        s = self.shared_tensor(dtype=float32, shape=[192, 128])
+        self.store_shared(s, self.load_global(gx, offsets=[0, 0], shape=[192, 128]))
+        self.sync()
+        flipped = self.load_shared(s, offsets=[0, 0], shape=[192, 128])
+        self.store_global(gy, flipped * 2.0, offsets=[0, 0])

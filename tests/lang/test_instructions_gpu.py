@@ -184,3 +184,10 @@ def test_vector_loads_along_a_column_major_dimension():
     for j in range(n):
         K.ColumnOfColumnMajor()(m, n, j, x, out)
         torch.testing.assert_close(out, x[:, j])
+
+
+def test_dynamic_shared_memory_above_48kb():
+    x = torch.randn(192, 128, device="cuda")
+    y = nan_like(x)
+    K.LargeShared()(x, y)
+    torch.testing.assert_close(y, x * 2)

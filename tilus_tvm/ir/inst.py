@@ -7,7 +7,7 @@ before code generation walk over.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor, Tensor

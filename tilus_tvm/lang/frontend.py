@@ -19,12 +19,12 @@ import ast
 import builtins
 import inspect
 import operator
+import re
 import textwrap
 from typing import Any, Callable
 
 from tvm import tirx
 
-from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.builder import Builder
@@ -188,8 +188,8 @@ class Transpiler:
             raise ScriptError(f"{name!r} is assigned inside a run-time loop or branch but defined outside it; "
                               f"declare it as a variable with a type, e.g. `{name}: int32 = ...`, before the "
                               f"loop")
-        if isinstance(value, RegisterTensor) and value.name.startswith("r"):
-            value.name = name
+        if isinstance(value, RegisterTensor) and re.fullmatch(r"r\d+", value.name):
+            value.name = name  # name an anonymous tensor after the variable (readable TIR and CUDA)
         self.scopes[-1][name] = value
 
     def bind_target(self, target: ast.AST, value: Any) -> None:

@@ -16,7 +16,7 @@ A kernel is a subclass whose ``__init__`` stores compile-time hyper-parameters a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.builder import current_builder, is_scalar

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import tvm
 from tvm import tirx

@@ -159,11 +159,15 @@ def broadcast_local(out_layout: RegisterLayout, operand_shape: Sequence[int], lo
     slot is the output slot's digits with the digits of ``dims`` dropped.
     """
     dims = {d for d, (o, s) in enumerate(zip(operand_shape, out_layout.shape)) if o == 1 and s != 1}
-    if not dims:
-        return local
-    dim_of = {m: d for d, group in enumerate(out_layout.grouped_modes) for m in group}
-    digits = row_major_unravel(local, out_layout.local_shape)
-    kept = [(digit, size) for m, digit, size in zip(out_layout.local_modes, digits, out_layout.local_shape)
+    return drop_local_dims(out_layout, dims, local) if dims else local
+
+
+def drop_local_dims(layout: RegisterLayout, dims: set[int], local: Any) -> Any:
+    """Slot ``local`` of ``layout`` with the digits of the local modes of ``dims`` dropped, re-raveled
+    over the remaining local modes: the slot in ``reduce(layout, dims)`` (ints or PrimExprs)."""
+    dim_of = {m: d for d, group in enumerate(layout.grouped_modes) for m in group}
+    digits = row_major_unravel(local, layout.local_shape)
+    kept = [(digit, size) for m, digit, size in zip(layout.local_modes, digits, layout.local_shape)
             if dim_of[m] not in dims]
     return row_major_ravel([d for d, _ in kept], [s for _, s in kept])
 

@@ -7,18 +7,19 @@ broadcast one, in the same thread.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
-from tilus_tvm.backend.context import CodegenContext, broadcast_local, const, emitter
+from tilus_tvm.backend.context import CodegenContext, broadcast_local, const, drop_local_dims, emitter
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.scalar import expr_dtype
 from tilus_tvm.ir.tensor import RegisterTensor
 from tilus_tvm.layout.register import RegisterLayout, row_major_ravel, row_major_unravel
-from tilus_tvm.passes.shared_memory import reduce_partial_groups, reduce_shuffle_lanes
+from tilus_tvm.passes.shared_memory import dim_spatial_positions, reduce_partial_groups, reduce_shuffle_lanes
 
 UNARY = {
     "neg": lambda x: -x, "not": tirx.Not, "abs": tirx.abs, "exp": tirx.exp, "exp2": tirx.exp2, "log": tirx.log,
@@ -129,16 +130,11 @@ def emit_convert_layout(ctx: CodegenContext, inst: ir.ConvertLayout) -> None:
 
 def _reduce_groups(x_layout: RegisterLayout, dim: int) -> tuple[list[list[int]], int]:
     """For each output slot, the input slots of one thread that reduce into it (compile time)."""
-    dim_of = {m: d for d, group in enumerate(x_layout.grouped_modes) for m in group}
-    kept_sizes = [s for m, s in zip(x_layout.local_modes, x_layout.local_shape) if dim_of[m] != dim]
-    num_out = 1
-    for s in kept_sizes:
-        num_out *= s
+    num_out = x_layout.local_size // math.prod(x_layout.mode_shape[m] for m in x_layout.local_modes
+                                               if m in x_layout.grouped_modes[dim])
     groups: list[list[int]] = [[] for _ in range(num_out)]
     for i in range(x_layout.local_size):
-        digits = row_major_unravel(i, x_layout.local_shape)
-        kept = [d for m, d in zip(x_layout.local_modes, digits) if dim_of[m] != dim]
-        groups[row_major_ravel(kept, kept_sizes)].append(i)
+        groups[drop_local_dims(x_layout, {dim}, i)].append(i)
     return groups, num_out
 
 
@@ -177,11 +173,9 @@ def _reduce_through_shared(ctx: CodegenContext, inst: ir.Reduce, num_out: int) -
     dst = ctx.reg(out)
     partials = reduce_partial_groups(x.layout, inst.dim)
     scratch = ctx.shared_view(ctx.plan.offset_of(inst), x.dtype, partials * out.size, f"{out.name}_partials")
-    dim_modes = set(x.layout.grouped_modes[inst.dim])
+    positions = dim_spatial_positions(x.layout, inst.dim)
     digits = row_major_unravel(ctx.tx, x.layout.spatial_shape)
-    part_digits = [d for m, d in zip(x.layout.spatial_modes, digits) if m >= 0 and m in dim_modes]
-    part_sizes = [x.layout.mode_shape[m] for m in x.layout.spatial_modes if m >= 0 and m in dim_modes]
-    part = row_major_ravel(part_digits, part_sizes)
+    part = row_major_ravel([digits[p] for p in positions], [x.layout.spatial_shape[p] for p in positions])
     _sync()
     with ctx.guarded(ctx.owner_condition(x.layout)):
         with Tb.unroll(0, num_out) as j:

@@ -22,25 +22,28 @@ ALIGNMENT = 128
 SHARED_MEMORY_LIMIT = {7: 96 * 1024, 8: 163 * 1024, 9: 227 * 1024, 10: 227 * 1024, 12: 99 * 1024}
 
 
+def dim_spatial_positions(layout: RegisterLayout, dim: int) -> list[int]:
+    """Positions in ``layout.spatial_modes`` of the modes of dimension ``dim`` (the threads a reduction
+    over ``dim`` combines differ exactly in these thread-id digits)."""
+    dim_modes = set(layout.grouped_modes[dim])
+    return [p for p, entry in enumerate(layout.spatial_modes) if entry >= 0 and entry in dim_modes]
+
+
 def reduce_shuffle_lanes(layout: RegisterLayout, dim: int) -> Optional[list[tuple[int, int]]]:
     """The (thread stride, size) of each spatial mode of ``dim`` when all of them can be combined with
     butterfly warp shuffles (power-of-two sizes and strides, within one warp); None otherwise."""
     lanes = []
-    strides = [math.prod(layout.spatial_shape[p + 1:]) for p in range(len(layout.spatial_modes))]
-    dim_modes = set(layout.grouped_modes[dim])
-    for entry, stride in zip(layout.spatial_modes, strides):
-        if entry >= 0 and entry in dim_modes:
-            size = layout.mode_shape[entry]
-            if size & (size - 1) or stride & (stride - 1) or stride * size > 32:
-                return None
-            lanes.append((stride, size))
+    for p in dim_spatial_positions(layout, dim):
+        stride, size = math.prod(layout.spatial_shape[p + 1:]), layout.spatial_shape[p]
+        if size & (size - 1) or stride & (stride - 1) or stride * size > 32:
+            return None
+        lanes.append((stride, size))
     return lanes
 
 
 def reduce_partial_groups(layout: RegisterLayout, dim: int) -> int:
     """How many threads hold partial results of one output element (product of dim's spatial modes)."""
-    dim_modes = set(layout.grouped_modes[dim])
-    return math.prod(layout.mode_shape[m] for m in layout.spatial_modes if m >= 0 and m in dim_modes)
+    return math.prod(layout.spatial_shape[p] for p in dim_spatial_positions(layout, dim))
 
 
 def scratch_bytes(inst: ir.Instruction) -> int:

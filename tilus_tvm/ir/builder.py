@@ -1,53 +1,26 @@
 """The statement builder: the one place that creates instructions, after checking their operands.
 
-The frontend drives it while it walks a kernel; Python operators on register tensors reach it
-through :func:`current_builder`. Every check raises :class:`ScriptError` naming the instruction,
-the operands (name, dtype, shape) and what was expected.
+The frontend owns one builder per kernel translation and drives it while it walks the kernel;
+``Script`` instruction methods reach it through the script's own translation state (never a
+module global). Python operators on register tensors build
+:class:`~tilus_tvm.ir.values.TensorValue`s, which :meth:`Builder.materialize` turns into
+instructions. Every check raises :class:`ScriptError` naming the instruction, the operands (name,
+dtype, shape) and what was expected.
 """
 from __future__ import annotations
 
 import contextlib
-import numbers
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir import inst as ir
-from tilus_tvm.ir.scalar import is_expr
 from tilus_tvm.ir.stmt import ForStmt, IfStmt, InstStmt, SeqStmt, Stmt
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
+from tilus_tvm.ir.values import TensorValue, cast_value, describe, is_scalar
 
-_ACTIVE: list["Builder"] = []
-
-
-def current_builder() -> Optional["Builder"]:
-    return _ACTIVE[-1] if _ACTIVE else None
-
-
-def is_scalar(value: Any) -> bool:
-    """A Python number or a TVM scalar expression."""
-    if isinstance(value, (bool, numbers.Number)):
-        return True
-    return is_expr(value)
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, (RegisterTensor, SharedTensor, GlobalTensor)):
-        return value.describe()
-    return repr(value)
-
-
-def broadcast_shape(op: str, a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
-    if len(a) != len(b):
-        raise ScriptError(f"{op}: operands of shapes {list(a)} and {list(b)} have different ranks; "
-                          f"broadcasting needs equal ranks (use a [n, 1] shaped tensor)")
-    out = []
-    for x, y in zip(a, b):
-        if x != y and 1 not in (x, y):
-            raise ScriptError(f"{op}: shapes {list(a)} and {list(b)} cannot be broadcast together")
-        out.append(max(x, y))
-    return tuple(out)
+_describe = describe
 
 
 class Builder:
@@ -66,14 +39,6 @@ class Builder:
         return warps * 32
 
     # --- structure ------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def activate(self) -> Iterator["Builder"]:
-        _ACTIVE.append(self)
-        try:
-            yield self
-        finally:
-            _ACTIVE.pop()
-
     @property
     def body(self) -> SeqStmt:
         return self._stack[0]
@@ -149,67 +114,28 @@ class Builder:
             raise ScriptError(f"{op}: {what} must be a register tensor, got {_describe(value)}")
         return value
 
-    def unary(self, x: RegisterTensor, op: str) -> RegisterTensor:
-        self._require_register(op, x, "the operand")
-        if op == "not" and x.dtype is not dtypes.boolean:
-            raise ScriptError(f"not: operand {x.describe()} must be bool")
-        if op not in ("neg", "abs", "not") and not x.dtype.is_float:
-            raise ScriptError(f"{op}: operand {x.describe()} must have a floating-point dtype")
-        out = self.new_register(x.dtype, x.shape)
-        self.emit(ir.Unary(out, x, op))
+    def materialize(self, value: Any) -> Any:
+        """A register tensor holding ``value``: a TensorValue's tree becomes one instruction per node
+        (operands first); register tensors and anything else are returned as they are."""
+        if not isinstance(value, TensorValue):
+            return value
+        operands = [self.materialize(v) for v in value.operands]
+        out = self.new_register(value.dtype, value.shape)
+        if value.op == "cast":
+            self.emit(ir.Cast(out, operands[0]))
+        elif value.op == "where":
+            self.emit(ir.Where(out, *operands))
+        elif len(operands) == 1:
+            self.emit(ir.Unary(out, operands[0], value.op))
+        else:
+            self.emit(ir.Binary(out, operands[0], operands[1], value.op))
         return out
 
-    def binary(self, lhs: Any, rhs: Any, op: str) -> RegisterTensor:
-        tensors = [v for v in (lhs, rhs) if isinstance(v, RegisterTensor)]
-        if not tensors:
-            raise ScriptError(f"{op}: at least one operand must be a register tensor, got {lhs!r} and {rhs!r}")
-        for v in (lhs, rhs):
-            if not isinstance(v, RegisterTensor) and not is_scalar(v):
-                raise ScriptError(f"{op}: operand {_describe(v)} is neither a register tensor nor a scalar")
-        if len(tensors) == 2 and lhs.dtype != rhs.dtype:
-            raise ScriptError(f"{op}: dtype mismatch between {lhs.describe()} and {rhs.describe()}; "
-                              f"cast one side with self.cast(x, dtype)")
-        dtype = tensors[0].dtype
-        shape = tensors[0].shape if len(tensors) == 1 else broadcast_shape(op, lhs.shape, rhs.shape)
-        if op in ("and", "or") and dtype is not dtypes.boolean:
-            raise ScriptError(f"{op}: operands must be bool tensors, got {_describe(tensors[0])}")
-        if op == "div" and not dtype.is_float:
-            raise ScriptError(f"div: `/` needs floating-point tensors, got {_describe(tensors[0])}; use // for "
-                              f"integer division")
-        if op in ("floordiv", "mod") and not dtype.is_integer:
-            raise ScriptError(f"{op}: operands must be integer tensors, got {_describe(tensors[0])}")
-        out_dtype = dtypes.boolean if op in ir.COMPARISON_OPS else dtype
-        out = self.new_register(out_dtype, shape)
-        self.emit(ir.Binary(out, lhs, rhs, op))
-        return out
+    def cast(self, x: Any, dtype: DataType) -> RegisterTensor:
+        return self.materialize(cast_value(x, dtype))
 
-    def where(self, cond: Any, x: Any, y: Any) -> RegisterTensor:
-        self._require_register("where", cond, "cond")
-        if cond.dtype is not dtypes.boolean:
-            raise ScriptError(f"where: cond {cond.describe()} must be a bool tensor")
-        values = [v for v in (x, y) if isinstance(v, RegisterTensor)]
-        for v in (x, y):
-            if not isinstance(v, RegisterTensor) and not is_scalar(v):
-                raise ScriptError(f"where: operand {_describe(v)} is neither a register tensor nor a scalar")
-        if not values:
-            raise ScriptError("where: at least one of x, y must be a register tensor")
-        if len(values) == 2 and x.dtype != y.dtype:
-            raise ScriptError(f"where: dtype mismatch between {x.describe()} and {y.describe()}")
-        shape = cond.shape
-        for v in values:
-            shape = broadcast_shape("where", shape, v.shape)
-        out = self.new_register(values[0].dtype, shape)
-        self.emit(ir.Where(out, cond, x, y))
-        return out
-
-    def cast(self, x: RegisterTensor, dtype: DataType) -> RegisterTensor:
-        self._require_register("cast", x, "x")
-        dtype = dtypes.as_dtype(dtype)
-        out = self.new_register(dtype, x.shape)
-        self.emit(ir.Cast(out, x))
-        return out
-
-    def reduce(self, x: RegisterTensor, dim: int, op: str, keepdim: bool) -> RegisterTensor:
+    def reduce(self, x: Any, dim: int, op: str, keepdim: bool) -> RegisterTensor:
+        x = self.materialize(x)
         self._require_register(op, x, "x")
         if not isinstance(dim, int) or not -len(x.shape) <= dim < len(x.shape):
             raise ScriptError(f"{op}: dim {dim!r} is out of range for {x.describe()}")
@@ -225,7 +151,8 @@ class Builder:
         self.emit(ir.Reduce(out, x, dim, op, keepdim))
         return out
 
-    def dot(self, a: RegisterTensor, b: RegisterTensor, c: RegisterTensor, out: Optional[RegisterTensor]):
+    def dot(self, a: Any, b: Any, c: Any, out: Optional[RegisterTensor]):
+        a, b, c = self.materialize(a), self.materialize(b), self.materialize(c)
         for what, t in (("a", a), ("b", b), ("c", c)):
             self._require_register("dot", t, what)
             if len(t.shape) != 2:
@@ -251,7 +178,8 @@ class Builder:
         self.emit(ir.Dot(out, a, b, c))
         return out
 
-    def assign(self, dst: RegisterTensor, src: RegisterTensor) -> None:
+    def assign(self, dst: RegisterTensor, src: Any) -> None:
+        src = self.materialize(src)
         if not isinstance(src, RegisterTensor) or src.shape != dst.shape:
             raise ScriptError(f"cannot assign {_describe(src)} to {dst.describe()}: a register tensor variable "
                               f"keeps its shape when it is reassigned inside a loop or branch")

@@ -91,11 +91,7 @@ class StoreShared(Instruction):
     dims: tuple[int, ...]
 
 
-UNARY_OPS = ("neg", "not", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh",
-             "sigmoid", "floor", "ceil", "round", "erf")
-BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min", "pow",
-              "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
-COMPARISON_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
+from tilus_tvm.ir.values import BINARY_OPS, COMPARISON_OPS, UNARY_OPS  # noqa: E402,F401 - the op vocabulary
 
 
 @dataclass(eq=False)

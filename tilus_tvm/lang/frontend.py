@@ -31,6 +31,7 @@ from tilus_tvm.ir.builder import Builder
 from tilus_tvm.ir.scalar import c_identifier, expr_dtype, is_expr
 from tilus_tvm.ir.stmt import AssignScalar, BindScalar, DeclareScalar
 from tilus_tvm.ir.tensor import RegisterTensor
+from tilus_tvm.ir.values import is_tensor_like
 from tilus_tvm.lang.script import LoopRange
 
 
@@ -73,9 +74,9 @@ def _logical(op: str, values: list) -> Any:
 def _compare(op: type, lhs: Any, rhs: Any) -> Any:
     if _is_expr(lhs) or _is_expr(rhs):
         if op is ast.Eq:
-            return tirx.EQ(lhs, rhs) if not isinstance(lhs, RegisterTensor) else lhs == rhs
+            return tirx.EQ(lhs, rhs) if not is_tensor_like(lhs) else lhs == rhs
         if op is ast.NotEq:
-            return tirx.NE(lhs, rhs) if not isinstance(lhs, RegisterTensor) else lhs != rhs
+            return tirx.NE(lhs, rhs) if not is_tensor_like(lhs) else lhs != rhs
     table = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
              ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
              ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
@@ -175,6 +176,7 @@ class Transpiler:
         return -1, None
 
     def bind(self, name: str, value: Any) -> None:
+        value = self.builder.materialize(value)
         depth, existing = self.find(name)
         if isinstance(existing, MutableScalar):
             if isinstance(value, RegisterTensor):
@@ -226,7 +228,7 @@ class Transpiler:
                 raise self.located(stmt, exc) from exc
 
     def visit_expr_stmt(self, node: ast.Expr) -> None:
-        self.eval(node.value)
+        self.eval(node.value)  # an unused tensor value computes nothing: it is never materialized
 
     def visit_assign(self, node: ast.Assign) -> None:
         value = self.eval(node.value)
@@ -249,7 +251,7 @@ class Transpiler:
         annotation = self.eval(node.annotation)
         value = self.eval(node.value) if node.value is not None else None
         if isinstance(annotation, DataType):
-            if isinstance(value, RegisterTensor):
+            if is_tensor_like(value):
                 raise ScriptError(f"{name}: {annotation.name} declares a scalar, got tensor {value.describe()}")
             if name in self.reassigned or value is None:
                 var = MutableScalar(name, annotation)
@@ -260,7 +262,7 @@ class Transpiler:
                 self.builder.append(BindScalar(var, _to_dtype(value, annotation)))
                 self.scopes[-1][name] = var
         elif annotation in (int, float, bool):
-            if _is_expr(value) or isinstance(value, RegisterTensor):
+            if _is_expr(value) or is_tensor_like(value):
                 raise ScriptError(f"{name}: {annotation.__name__} is a compile-time annotation but the value "
                                   f"{value!r} is only known at run time; use a scalar type such as int32")
             self.bind(name, value)
@@ -272,7 +274,7 @@ class Transpiler:
             raise ScriptError("for ... else is not supported")
         loop = self.loop_iterable(node.iter)
         if not isinstance(loop, LoopRange):
-            if _is_expr(loop) or isinstance(loop, RegisterTensor):
+            if _is_expr(loop) or is_tensor_like(loop):
                 raise ScriptError(f"cannot iterate over {loop!r}; use range(...)")
             for item in loop:  # compile-time iteration: unrolled while translating
                 self.bind_target(node.target, item)
@@ -312,7 +314,7 @@ class Transpiler:
 
     def visit_if(self, node: ast.If) -> None:
         cond = self.eval(node.test)
-        if isinstance(cond, RegisterTensor):
+        if is_tensor_like(cond):
             raise ScriptError("an if condition must be a scalar; a tensor has no truth value")
         if _is_expr(cond):
             with self.builder.nested() as then_body:
@@ -346,7 +348,7 @@ class Transpiler:
 
     def visit_assert(self, node: ast.Assert) -> None:
         cond = self.eval(node.test)
-        if _is_expr(cond) or isinstance(cond, RegisterTensor):
+        if _is_expr(cond) or is_tensor_like(cond):
             raise ScriptError("assert needs a compile-time condition")
         if not cond:
             msg = self.eval(node.msg) if node.msg is not None else ast.unparse(node.test)
@@ -402,6 +404,9 @@ class Transpiler:
             return tirx.Cast({int: "int32", float: "float32", bool: "bool"}[func], args[0])
         if not callable(func):
             raise ScriptError(f"{ast.unparse(node.func)} is not callable")
+        if getattr(func, "__self__", None) is self.script:  # an instruction: its operands become tensors
+            args = [self.builder.materialize(a) for a in args]
+            kwargs = {k: self.builder.materialize(v) for k, v in kwargs.items()}
         return func(*args, **kwargs)
 
     def apply_binary(self, op: Callable, lhs: Any, rhs: Any, node_op: ast.operator) -> Any:
@@ -422,7 +427,7 @@ class Transpiler:
     def eval_unaryop(self, node: ast.UnaryOp) -> Any:
         value = self.eval(node.operand)
         if isinstance(node.op, ast.Not):
-            if isinstance(value, RegisterTensor):
+            if is_tensor_like(value):
                 return ~value
             return tirx.Not(value) if _is_expr(value) else not value
         if isinstance(node.op, ast.USub):
@@ -449,7 +454,7 @@ class Transpiler:
         values = []
         for operand in node.values:
             value = self.eval(operand)
-            if isinstance(value, RegisterTensor):
+            if is_tensor_like(value):
                 raise ScriptError("and/or on tensors: use & and | (or self.logical_and / logical_or)")
             if not _is_expr(value):
                 if is_and and not value:
@@ -471,7 +476,7 @@ class Transpiler:
     def eval_subscript(self, node: ast.Subscript) -> Any:
         value = self.eval(node.value)
         index = self.eval(node.slice)
-        if isinstance(value, RegisterTensor):
+        if is_tensor_like(value):
             raise ScriptError(f"indexing register tensor {value.name} is not supported")
         return value[index]
 
@@ -495,7 +500,7 @@ class Transpiler:
                 parts.append(str(v.value))
             else:
                 value = self.eval(v.value)
-                if _is_expr(value) or isinstance(value, RegisterTensor):
+                if _is_expr(value) or is_tensor_like(value):
                     raise ScriptError("f-strings can only format compile-time values; use printf arguments")
                 spec = self.eval(v.format_spec) if v.format_spec is not None else ""
                 parts.append(format(value, spec))

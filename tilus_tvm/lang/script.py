@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tilus_tvm.errors import ScriptError
-from tilus_tvm.ir.builder import current_builder, is_scalar
+from tilus_tvm.ir.values import is_scalar
 from tilus_tvm.lang.instructions.compute import ComputeInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
 
@@ -83,6 +83,7 @@ class _ScriptState:
     def __init__(self):
         self.attrs = Attributes()
         self.block_idx: Optional[Dim3] = None
+        self.builder = None  # the tilus_tvm.ir.builder.Builder of the translation in progress
         self.kernels: dict = {}
 
 
@@ -118,7 +119,7 @@ class Script(MemoryInstructions, ComputeInstructions):
 
     def range(self, start: Any, stop: Any = None, step: Any = 1, *, unroll: bool = False) -> LoopRange:
         """``for i in self.range(n, unroll=True)``: like ``range`` with an unrolling hint."""
-        if current_builder() is None:
+        if self._tilus.builder is None:
             raise ScriptError("self.range(...) can only be used in a for loop inside a kernel")
         if stop is None:
             start, stop = 0, start

@@ -7,12 +7,14 @@ from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.tensor import RegisterTensor
-from tilus_tvm.lang.instructions.memory import active_builder
+from tilus_tvm.ir.values import binary_value, cast_value, unary_value, where_value
+from tilus_tvm.lang.instructions.memory import InstructionBase
 
 
 def _unary(op: str):
     def method(self, x: RegisterTensor) -> RegisterTensor:
-        return active_builder(op).unary(x, op)
+        self._builder(op)
+        return unary_value(x, op)
 
     method.__name__ = op
     method.__doc__ = (f"Elementwise ``{op}`` of a floating-point register tensor; same shape, dtype and layout."
@@ -22,7 +24,8 @@ def _unary(op: str):
 
 def _binary(op: str, doc: str):
     def method(self, lhs: Any, rhs: Any) -> RegisterTensor:
-        return active_builder(op).binary(lhs, rhs, op)
+        self._builder(op)
+        return binary_value(lhs, rhs, op)
 
     method.__name__ = op
     method.__doc__ = doc + (" Operands broadcast against each other (equal ranks, size-1 dimensions stretch);"
@@ -30,7 +33,7 @@ def _binary(op: str, doc: str):
     return method
 
 
-class ComputeInstructions:
+class ComputeInstructions(InstructionBase):
     """Elementwise math, casts, reductions, dot and printf."""
 
     exp = _unary("exp")
@@ -67,29 +70,32 @@ class ComputeInstructions:
 
     def neg(self, x: RegisterTensor) -> RegisterTensor:
         """``-x`` elementwise."""
-        return active_builder("neg").unary(x, "neg")
+        self._builder("neg")
+        return unary_value(x, "neg")
 
     def where(self, cond: RegisterTensor, x: Any, y: Any) -> RegisterTensor:
         """``x`` where ``cond`` holds, else ``y`` (elementwise, with broadcasting; x or y may be scalars)."""
-        return active_builder("where").where(cond, x, y)
+        self._builder("where")
+        return where_value(cond, x, y)
 
     def cast(self, x: RegisterTensor, dtype: DataType) -> RegisterTensor:
         """Convert every element of ``x`` to ``dtype`` (same shape and layout)."""
-        return active_builder("cast").cast(x, dtype)
+        self._builder("cast")
+        return cast_value(x, dtype)
 
     def sum(self, x: RegisterTensor, dim: int, keepdim: bool = False) -> RegisterTensor:
         """Sum over dimension ``dim`` (removed, or kept as size 1 with ``keepdim``). The threads that
         share a reduced row combine their partial sums with warp shuffles or shared memory; the result
         is held by all of them (a replicated layout)."""
-        return active_builder("sum").reduce(x, dim, "sum", keepdim)
+        return self._builder("sum").reduce(x, dim, "sum", keepdim)
 
     def max(self, x: RegisterTensor, dim: int, keepdim: bool = False) -> RegisterTensor:
         """Maximum over dimension ``dim`` (see :meth:`sum`)."""
-        return active_builder("max").reduce(x, dim, "max", keepdim)
+        return self._builder("max").reduce(x, dim, "max", keepdim)
 
     def min(self, x: RegisterTensor, dim: int, keepdim: bool = False) -> RegisterTensor:
         """Minimum over dimension ``dim`` (see :meth:`sum`)."""
-        return active_builder("min").reduce(x, dim, "min", keepdim)
+        return self._builder("min").reduce(x, dim, "min", keepdim)
 
     def dot(self, a: RegisterTensor, b: RegisterTensor, c: Optional[RegisterTensor] = None, /, *,
             acc_dtype: Optional[DataType] = None, out: Optional[RegisterTensor] = None) -> RegisterTensor:
@@ -102,10 +108,11 @@ class ComputeInstructions:
         accumulator of ``acc_dtype`` is used. ``out`` may be ``c`` itself (accumulate in place).
         Rejects mismatched shapes, a/b of different dtypes and unsupported dtype combinations.
         """
-        builder = active_builder("dot")
+        builder = self._builder("dot")
         if c is None:
             if acc_dtype is None:
                 raise ScriptError("dot: give an accumulator c or acc_dtype")
+            a, b = builder.materialize(a), builder.materialize(b)
             if not isinstance(a, RegisterTensor) or not isinstance(b, RegisterTensor):
                 raise ScriptError(f"dot: a and b must be register tensors, got {a!r} and {b!r}")
             c = builder.allocate_register(dtypes.as_dtype(acc_dtype), (a.shape[0], b.shape[-1]), None, 0)
@@ -115,4 +122,4 @@ class ComputeInstructions:
 
     def printf(self, fmt: str, *args: Any) -> None:
         """C ``printf`` from the kernel, printed once per block (by its thread 0). Arguments are scalars."""
-        active_builder("printf").printf(fmt, args)
+        self._builder("printf").printf(fmt, args)

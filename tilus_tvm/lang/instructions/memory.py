@@ -6,16 +6,23 @@ from typing import Any, Optional, Sequence
 from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
-from tilus_tvm.ir.builder import Builder, current_builder, is_scalar
+from tilus_tvm.ir.builder import Builder
+from tilus_tvm.ir.values import is_scalar
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus_tvm.layout.register import RegisterLayout
 
 
-def active_builder(op: str) -> Builder:
-    builder = current_builder()
-    if builder is None:
-        raise ScriptError(f"self.{op}(...) can only be used inside a kernel's __call__ while it is compiled")
-    return builder
+class InstructionBase:
+    """What every instruction method needs: the builder of the translation in progress, kept in the
+    script's own state (``self._tilus``) by the frontend, never in a module global."""
+
+    _tilus: Any
+
+    def _builder(self, op: str) -> Builder:
+        builder = self._tilus.builder
+        if builder is None:
+            raise ScriptError(f"self.{op}(...) can only be used inside a kernel's __call__ while it is compiled")
+        return builder
 
 
 def check_shape(op: str, shape: Any, what: str = "shape") -> tuple[int, ...]:
@@ -67,7 +74,7 @@ def check_dims(op: str, dims: Any, tile_rank: int, full_rank: int) -> tuple[int,
     return dims
 
 
-class MemoryInstructions:
+class MemoryInstructions(InstructionBase):
     """Allocation, loads and stores."""
 
     def global_view(self, ptr: Any, dtype: DataType, shape: Sequence[Any], strides: Optional[Sequence[Any]] = None
@@ -83,7 +90,7 @@ class MemoryInstructions:
         """
         from tilus_tvm.lang.pointer import PointerValue
 
-        builder = active_builder("global_view")
+        builder = self._builder("global_view")
         if not isinstance(ptr, PointerValue):
             raise ScriptError(f"global_view: ptr must be a pointer parameter (annotated ~dtype), got {ptr!r}")
         dtype = dtypes.as_dtype(dtype)
@@ -117,7 +124,7 @@ class MemoryInstructions:
 
         >>> acc = self.register_tensor(dtype=float32, shape=[64, 128], init=0.0)   # doctest: +SKIP
         """
-        builder = active_builder("register_tensor")
+        builder = self._builder("register_tensor")
         dtype = dtypes.as_dtype(dtype)
         shape = check_shape("register_tensor", shape)
         layout = check_layout("register_tensor", layout, shape, builder.num_threads)
@@ -131,7 +138,7 @@ class MemoryInstructions:
         :meth:`free_shared` once no thread uses it, so the memory can be reused."""
         from tilus_tvm.layout.shared import SharedLayout, shared_row_major
 
-        builder = active_builder("shared_tensor")
+        builder = self._builder("shared_tensor")
         dtype = dtypes.as_dtype(dtype)
         shape = check_shape("shared_tensor", shape)
         if layout is None:
@@ -145,7 +152,7 @@ class MemoryInstructions:
 
     def free_shared(self, tensor: SharedTensor) -> None:
         """Release a shared tensor's memory (later shared tensors may reuse it)."""
-        active_builder("free_shared").free_shared(tensor)
+        self._builder("free_shared").free_shared(tensor)
 
     def load_global(self, src: GlobalTensor, offsets: Sequence[Any], shape: Sequence[int],
                     dims: Optional[Sequence[int]] = None, layout: Optional[RegisterLayout] = None
@@ -156,7 +163,7 @@ class MemoryInstructions:
         that the tile's dimensions run along (default: the last ``len(shape)``); the others are
         indexed at their offset. Elements outside ``src.shape`` read as zero.
         """
-        builder = active_builder("load_global")
+        builder = self._builder("load_global")
         if not isinstance(src, GlobalTensor):
             raise ScriptError(f"load_global: src must be a global tensor (self.global_view), got {src!r}")
         offsets = check_offsets("load_global", offsets, len(src.shape), src.describe())
@@ -169,9 +176,10 @@ class MemoryInstructions:
                      dims: Optional[Sequence[int]] = None) -> None:
         """Store the register tensor ``x`` into ``dst`` at ``offsets`` (see :meth:`load_global` for
         ``dims``). Elements outside ``dst.shape`` are not written; ``x`` is cast to ``dst``'s dtype."""
-        builder = active_builder("store_global")
+        builder = self._builder("store_global")
         if not isinstance(dst, GlobalTensor):
             raise ScriptError(f"store_global: dst must be a global tensor (self.global_view), got {dst!r}")
+        x = builder.materialize(x)
         if not isinstance(x, RegisterTensor):
             raise ScriptError(f"store_global: x must be a register tensor, got {x!r}")
         offsets = check_offsets("store_global", offsets, len(dst.shape), dst.describe())
@@ -185,7 +193,7 @@ class MemoryInstructions:
                     layout: Optional[RegisterLayout] = None) -> RegisterTensor:
         """Load a shared tensor (or the tile of ``shape`` at ``offsets``) into registers. Pair it with
         :meth:`sync` after the stores that produced the data."""
-        builder = active_builder("load_shared")
+        builder = self._builder("load_shared")
         if not isinstance(src, SharedTensor):
             raise ScriptError(f"load_shared: src must be a shared tensor, got {src!r}")
         shape = src.shape if shape is None else check_shape("load_shared", shape)
@@ -199,9 +207,10 @@ class MemoryInstructions:
     def store_shared(self, dst: SharedTensor, x: RegisterTensor, offsets: Optional[Sequence[Any]] = None,
                      dims: Optional[Sequence[int]] = None) -> None:
         """Store a register tensor into a shared tensor (at ``offsets`` when it is a sub-tile)."""
-        builder = active_builder("store_shared")
+        builder = self._builder("store_shared")
         if not isinstance(dst, SharedTensor):
             raise ScriptError(f"store_shared: dst must be a shared tensor, got {dst!r}")
+        x = builder.materialize(x)
         if not isinstance(x, RegisterTensor):
             raise ScriptError(f"store_shared: x must be a register tensor, got {x!r}")
         offsets = (0,) * len(dst.shape) if offsets is None else check_offsets(
@@ -215,7 +224,7 @@ class MemoryInstructions:
     def sync(self) -> None:
         """Barrier for all threads of the block (``__syncthreads``): shared-memory writes before it are
         visible to reads after it."""
-        active_builder("sync").sync()
+        self._builder("sync").sync()
 
 
 def _check_static_tile(op: str, tensor: SharedTensor, offsets, shape, dims) -> None:

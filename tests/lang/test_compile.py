@@ -128,14 +128,11 @@ def test_export_writes_a_library(tmp_path):
 
 def test_layouts_chosen_for_the_seed_matmul():
     """dot fixes its operand layouts and the loads feeding it take them: no conversion is needed."""
-    from tilus_tvm.lang.signature import kernel_signature
-    from tilus_tvm.lang.transpile import transpile
-    from tilus_tvm.passes.layout_choice import dot_layouts
-    from tilus_tvm.passes.layout_inference import infer_layouts
+    from tilus_tvm.instructions.dot import dot_layouts
 
     kernel = load_tutorial("03_matmul").Matmul()
-    specs = kernel_signature(type(kernel)._kernel_fn, "Matmul")
-    func = infer_layouts(transpile(kernel, specs, {"n_size": 4096, "k_size": 4096}))
+    a, b, c = (torch.empty(4096, 4096, dtype=torch.float16, device="meta") for _ in range(3))
+    func = kernel.tile_program(4096, 4096, 4096, a, b, c, target="sm_90")
     insts = list(instructions(func.body))
     assert not [i for i in insts if isinstance(i, ir.ConvertLayout)]
     (dot,) = [i for i in insts if isinstance(i, ir.Dot)]
@@ -148,13 +145,10 @@ def test_layouts_chosen_for_the_seed_matmul():
 
 def test_author_layout_inserts_a_conversion():
     from tilus_tvm.layout import spatial
-    from tilus_tvm.lang.signature import kernel_signature
-    from tilus_tvm.lang.transpile import transpile
-    from tilus_tvm.passes.layout_inference import infer_layouts
 
     kernel = K.dot_kernel(64, 32, 32, float16, float32, a_layout=spatial(16, 8).local(4, 4))
-    specs = kernel_signature(type(kernel)._kernel_fn, "Dot")
-    func = infer_layouts(transpile(kernel, specs, {}))
+    a, b, c = (torch.empty(s, dtype=d, device="meta") for s, d in (((64, 32), torch.float16), ((32, 32), torch.float16), ((64, 32), torch.float32)))
+    func = kernel.tile_program(a, b, c, target="sm_80")
     conversions = [i for i in instructions(func.body) if isinstance(i, ir.ConvertLayout)]
     assert len(conversions) == 1 and conversions[0].x.layout == spatial(16, 8).local(4, 4)
 

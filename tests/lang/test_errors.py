@@ -182,10 +182,17 @@ def test_compile_time_argument_type_checked():
         kernel.compile(4, 64.0, 64, a, a, a, target="sm_80")
 
 
-def test_bad_target():
+@pytest.mark.parametrize("target", ["ampere", "sm_999", "sm_75"])
+def test_bad_target_is_refused_before_any_compiler_runs(target, monkeypatch):
+    import tvm
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("tvm.compile ran for an unknown target")
+
+    monkeypatch.setattr(tvm, "compile", no_compile)
     kernel = load_tutorial("02_add_one").AddOneKernel(128, 4)
-    with pytest.raises(tilus.CompileError, match="must look like 'sm_80'"):
-        kernel.compile(16, torch.zeros(16), torch.zeros(16), target="ampere")
+    with pytest.raises(tilus.CompileError, match=f"unknown target '{target}'"):
+        kernel.compile(16, torch.zeros(16), torch.zeros(16), target=target)
 
 
 def test_instructions_outside_a_kernel():

@@ -4,22 +4,23 @@ One kernel is one PrimFunc: pointer parameters are flat buffers (any tensor's st
 scalars are scalar parameters, ``blockIdx``/``threadIdx`` are bound with ``thread_extent``
 attributes. Register tensors become per-thread ``local`` arrays declared at the top of the
 kernel; shared tensors are typed views of one ``shared.dyn`` pool. Statements map one to one;
-instructions go to the emitter registered for their type (``backend/emit_*.py``).
+instructions go to the emitter registered for their type and the kernel's target
+(``tilus_tvm/instructions/``).
 """
 from __future__ import annotations
 
-from typing import Callable
+import math
+from typing import Callable, Optional
 
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
-from tilus_tvm.backend import emit_compute, emit_dot, emit_memory  # noqa: F401 - register the emitters
-from tilus_tvm.backend.context import EMITTERS, CodegenContext
-from tilus_tvm.errors import CompileError
+from tilus_tvm.backend.context import CodegenContext
+from tilus_tvm.instructions import lookup
 from tilus_tvm.ir.scalar import c_identifier, expr_dtype
 from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, DeclareScalar, ForStmt, Function, IfStmt, InstStmt,
-                               SeqStmt, Stmt, instructions)
+                               Param, SeqStmt, Stmt, instructions)
 from tilus_tvm.ir.tensor import RegisterTensor
 from tilus_tvm.passes.shared_memory import SharedMemoryPlan
 
@@ -37,10 +38,7 @@ def _emit_seq(ctx: CodegenContext, seq: SeqStmt) -> None:
 
 
 def _emit_inst(ctx: CodegenContext, stmt: InstStmt) -> None:
-    emit = EMITTERS.get(type(stmt.inst))
-    if emit is None:
-        raise CompileError(f"no code generator for instruction {type(stmt.inst).__name__}")
-    emit(ctx, stmt.inst)
+    lookup(type(stmt.inst), ctx.func.arch).emit(ctx, stmt.inst)
 
 
 def _emit_for(ctx: CodegenContext, stmt: ForStmt) -> None:
@@ -96,19 +94,32 @@ def _register_tensors(func: Function) -> list[RegisterTensor]:
     return list(seen.values())
 
 
-def generate(func: Function, plan: SharedMemoryPlan) -> tirx.PrimFunc:
-    """Generate the PrimFunc of ``func`` (layouts inferred, shared memory planned)."""
+def generate(func: Function, plan: SharedMemoryPlan, params: Optional[list[Param]] = None,
+             attrs: Optional[dict] = None) -> tirx.PrimFunc:
+    """Generate the PrimFunc of ``func`` (layouts inferred, shared memory planned, ABI planned).
+
+    ``params`` is the argument order (default: the Script's, compile-time parameters left out);
+    ``attrs`` are extra function attributes.
+    """
     thread_iv = tirx.IterVar(None, tirx.Var("threadIdx.x", "int32"), tirx.IterVar.ThreadIndex, "threadIdx.x")
     ctx = CodegenContext(func, plan, thread_iv.var)
+    if params is None:
+        params = [p for p in func.params if p.kind != "const"]
     with IRBuilder() as ib:
         with Tb.prim_func():
             Tb.func_name(func.name)
-            for param in func.params:
+            for param in params:
                 if param.kind == "scalar":
                     Tb.arg(c_identifier(param.name), param.var)
                 elif param.kind == "pointer":
                     Tb.arg(c_identifier(param.name), param.buffer)
-            Tb.func_attr({"tirx.noalias": True})
+            Tb.func_attr({"tirx.noalias": True, **(attrs or {})})
+            for param in params:
+                if param.kind == "pointer" and param.shaped:
+                    numel = math.prod(param.buffer.shape)
+                    flat = Tb.decl_buffer((numel,), param.dtype.name, data=param.buffer.data)
+                    IRBuilder.name(f"{c_identifier(param.name)}_flat", flat)
+                    ctx.flat_views[param.name] = flat
             frames = []
             for iv, extent in zip(func.block_vars, list(func.blocks) + [1] * (3 - len(func.blocks))):
                 frames.append(Tb.attr(iv, "thread_extent", extent))

@@ -3,7 +3,7 @@ thread index, the shared-memory plan, and the index arithmetic shared by all emi
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
@@ -17,20 +17,6 @@ from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus_tvm.layout.register import RegisterLayout, row_major_ravel, row_major_unravel
 from tilus_tvm.layout.shared import SharedLayout
 from tilus_tvm.layout.to_tir import register_inverse_index_map, shared_index_map
-from tilus_tvm.passes.shared_memory import SharedMemoryPlan
-
-EMITTERS: dict[type, Callable] = {}
-
-
-def emitter(inst_type: type) -> Callable:
-    """Register the function that generates TIR for one instruction type."""
-
-    def register(fn: Callable) -> Callable:
-        EMITTERS[inst_type] = fn
-        return fn
-
-    return register
-
 
 def const(value: Any, dtype: DataType | str):
     """``value`` (Python number or PrimExpr) as an expression of ``dtype``."""
@@ -65,14 +51,23 @@ def shared_offset(layout: SharedLayout, coords: Sequence[Any]) -> Any:
     return _offset_map(layout).map_indices(list(coords))[0]
 
 
+if TYPE_CHECKING:
+    from tilus_tvm.passes.shared_memory import SharedMemoryPlan
+
+
 class CodegenContext:
-    def __init__(self, func: Function, plan: SharedMemoryPlan, thread_var: tirx.Var):
+    def __init__(self, func: Function, plan: "SharedMemoryPlan", thread_var: tirx.Var):
         self.func = func
         self.plan = plan
         self.tx = thread_var
         self.pool = None  # the uint8 dynamic shared-memory pool, if any
         self.registers: dict[int, tirx.Buffer] = {}
         self.views: dict[int, tirx.Buffer] = {}
+        self.flat_views: dict[str, tirx.Buffer] = {}  # pointer name -> 1-D alias (vector accesses)
+
+    def flat_view(self, param) -> tirx.Buffer:
+        """A 1-D buffer over a pointer parameter's memory, for accesses at a linear element offset."""
+        return self.flat_views.get(param.name, param.buffer)
 
     # --- buffers --------------------------------------------------------------------------------
     def declare_register(self, tensor: RegisterTensor) -> tirx.Buffer:
@@ -92,6 +87,9 @@ class CodegenContext:
         return self.views[id(tensor)]
 
     def declare_global_view(self, tensor: GlobalTensor) -> None:
+        if tensor.pointer.shaped:  # the kernel ABI gave the parameter this view's shape
+            self.views[id(tensor)] = tensor.pointer.buffer
+            return
         flat = tensor.pointer.buffer
         buffer = Tb.decl_buffer(list(tensor.shape), tensor.dtype.name, data=flat.data, strides=list(tensor.strides))
         IRBuilder.name(tensor.name, buffer)
@@ -99,10 +97,11 @@ class CodegenContext:
 
     def shared_view(self, byte_offset: int, dtype: DataType, num_elements: int, name: str) -> tirx.Buffer:
         """A 1-D typed view of the shared-memory pool."""
-        if byte_offset % dtype.nbytes:
+        element_bytes = dtype.nbits // 8
+        if dtype.nbits % 8 or byte_offset % element_bytes:
             raise CompileError(f"shared offset {byte_offset} is not aligned for {dtype.name}")
         buffer = Tb.decl_buffer((num_elements,), dtype.name, data=self.pool.data,
-                                elem_offset=byte_offset // dtype.nbytes, scope="shared.dyn")
+                                elem_offset=byte_offset // element_bytes, scope="shared.dyn")
         IRBuilder.name(name, buffer)
         return buffer
 
@@ -170,6 +169,16 @@ def drop_local_dims(layout: RegisterLayout, dims: set[int], local: Any) -> Any:
     kept = [(digit, size) for m, digit, size in zip(layout.local_modes, digits, layout.local_shape)
             if dim_of[m] not in dims]
     return row_major_ravel([d for d, _ in kept], [s for _, s in kept])
+
+
+def row_major_linear(index: Sequence[Any], shape: Sequence[int]) -> Any:
+    """The row-major position of ``index`` in a tile of ``shape``."""
+    return row_major_ravel(list(index), list(shape))
+
+
+def sync_threads() -> None:
+    """``__syncthreads()``."""
+    Tb.evaluate(Tb.tvm_storage_sync("shared"))
 
 
 def bounds_condition(coords: Sequence[Any], shape: Sequence[Any]):

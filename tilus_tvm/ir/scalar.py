@@ -1,15 +1,18 @@
 """Scalar expressions are TVM expressions; TVM 0.27 spells their type ``expr.ty.dtype``."""
 from __future__ import annotations
 
+import sys
 from typing import Any
-
-import tvm
-from tvm.ir import PrimType
 
 
 def is_expr(value: Any) -> bool:
-    """A TVM scalar expression (a buffer is a TVM expression too, but not a scalar one)."""
-    return isinstance(value, tvm.ir.expr.Expr) and isinstance(value.ty, PrimType)
+    """A TVM scalar expression (a buffer is a TVM expression too, but not a scalar one).
+
+    Nothing is a TVM expression before TVM is imported, so this never imports it."""
+    tvm = sys.modules.get("tvm")
+    if tvm is None:
+        return False
+    return isinstance(value, tvm.ir.expr.Expr) and isinstance(value.ty, tvm.ir.PrimType)
 
 
 def expr_dtype(value: Any) -> str:
@@ -31,3 +34,34 @@ RESERVED_C_NAMES = frozenset("""
 def c_identifier(name: str) -> str:
     """``name`` made safe to appear as a variable in the generated CUDA source."""
     return name + "_" if name in RESERVED_C_NAMES else name
+
+
+def expr_to_python(expr: Any, names: dict[str, str]) -> str:
+    """Python source computing an integer PrimExpr of scalar parameters (for the launch grid)."""
+    from tvm import tirx
+
+    from tilus_tvm.errors import CompileError
+
+    if isinstance(expr, (int,)):
+        return str(expr)
+    if isinstance(expr, tirx.IntImm):
+        return str(expr.value)
+    if isinstance(expr, tirx.Var):
+        if expr.name not in names:
+            raise CompileError(f"the grid size depends on {expr.name}, which is not a scalar parameter")
+        return names[expr.name]
+    if isinstance(expr, tirx.Cast):
+        return f"int({expr_to_python(expr.value, names)})"
+    binary = {tirx.Add: "({} + {})", tirx.Sub: "({} - {})", tirx.Mul: "({} * {})", tirx.FloorDiv: "({} // {})",
+              tirx.FloorMod: "({} % {})", tirx.Min: "min({}, {})", tirx.Max: "max({}, {})"}
+    for node_type, template in binary.items():
+        if isinstance(expr, node_type):
+            return template.format(expr_to_python(expr.a, names), expr_to_python(expr.b, names))
+    if isinstance(expr, tirx.Select):
+        return (f"({expr_to_python(expr.true_value, names)} if {expr_to_python(expr.condition, names)} "
+                f"else {expr_to_python(expr.false_value, names)})")
+    compare = {tirx.LT: "<", tirx.LE: "<=", tirx.GT: ">", tirx.GE: ">=", tirx.EQ: "==", tirx.NE: "!="}
+    for node_type, symbol in compare.items():
+        if isinstance(expr, node_type):
+            return f"({expr_to_python(expr.a, names)} {symbol} {expr_to_python(expr.b, names)})"
+    raise CompileError(f"cannot compute the grid size {expr} on the host")

@@ -74,7 +74,10 @@ class Param:
     kind: str
     dtype: Optional[DataType] = None  # element type for pointers, value type for scalars
     var: Any = None  # tvm.tirx.Var for scalars
-    buffer: Any = None  # flat tvm.tirx.Buffer for pointers
+    buffer: Any = None  # tvm.tirx.Buffer for pointers: flat, or shaped by the kernel ABI pass
+    shaped: bool = False  # the buffer has the shape of the pointer's global views (see passes/kernel_abi.py)
+    reads: bool = False  # the kernel loads through this pointer
+    writes: bool = False  # the kernel stores through this pointer
     value: Any = None  # the constant for "const"
 
     @property
@@ -92,6 +95,7 @@ class Function:
     block_vars: tuple[Any, ...] = ()  # IterVars of blockIdx.x/y/z used by the body
     shared_bytes: int = 0  # size of the dynamic shared-memory pool, set by planning
     aligned_pointers: frozenset = frozenset()  # names of pointer params known 16-byte aligned at launch
+    arch: str = "sm_80"  # the target: selects each instruction's implementation (tilus_tvm/instructions)
 
     def aligned(self, param: Param) -> bool:
         """Whether vector accesses may assume ``param``'s data pointer is 16-byte aligned."""

@@ -82,8 +82,9 @@ class GlobalTensor:
     dtype: DataType
     shape: tuple[Any, ...]
     strides: tuple[Any, ...]
-    pointer: Any  # tilus_tvm.ir.function.Param
+    pointer: Any  # tilus_tvm.ir.stmt.Param
     name: str = "g"
+    compact: bool = False  # strides are the row-major strides of shape (no strides were given)
 
     def __bool__(self):
         raise ScriptError(f"global tensor {self.name} has no truth value")

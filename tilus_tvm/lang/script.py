@@ -142,6 +142,29 @@ class Script(MemoryInstructions, ComputeInstructions):
 
         return compile_for(self, args, target)
 
+    def tile_program(self, *args: Any, target: Any = None):
+        """The tile program for ``args`` after every pass, as a :class:`~tilus_tvm.ir.stmt.Function`;
+        ``str()`` of it prints every tensor (scope, dtype, shape, layout) and instruction.
+
+        ``args`` as in a call; tensors may be torch tensors on any device (``device="meta"`` too):
+        only their dtype and alignment matter. ``target`` as in :meth:`compile` (default ``"sm_80"``
+        when no GPU is visible). Needs no GPU.
+        """
+        from tilus_tvm.pipeline import tile_program
+
+        return tile_program(self, args, _inspection_target(target))
+
+    def lower(self, *args: Any, target: Any = None, dps: bool = False):
+        """The ``tvm.IRModule`` that would be compiled for ``args`` (see :meth:`tile_program`).
+
+        With ``dps=True`` the kernel's PrimFunc is in destination-passing form: input tensors, output
+        tensors, then the run-time scalars, as ``R.call_tir`` (with ``tir_vars``) and MetaSchedule's
+        builder and runner call it. Needs no GPU.
+        """
+        from tilus_tvm.pipeline import lower
+
+        return lower(self, args, _inspection_target(target), dps=dps)
+
     def hyper_parameters(self) -> dict[str, Any]:
         """The compile-time attributes set in ``__init__`` (they are part of the compilation key)."""
         return {k: v for k, v in vars(self).items() if not k.startswith("_tilus")}
@@ -156,3 +179,17 @@ class Script(MemoryInstructions, ComputeInstructions):
                 out.append("_")
             out.append(ch.lower())
         return "".join(out)
+
+
+def _inspection_target(target: Any) -> Any:
+    """Inspecting a kernel needs no GPU: without a target, the current GPU's, else sm_80."""
+    if target is not None:
+        return target
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return None
+    except ImportError:
+        pass
+    return "sm_80"

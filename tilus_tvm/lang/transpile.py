@@ -36,7 +36,7 @@ def make_params(specs: list[ParamSpec], const_values: Mapping[str, Any]) -> tupl
 
 
 def transpile(script: Script, specs: list[ParamSpec], const_values: Mapping[str, Any],
-              aligned_pointers: frozenset = frozenset()) -> Function:
+              aligned_pointers: frozenset = frozenset(), arch: str = "sm_80") -> Function:
     """Translate ``script.__call__`` for one specialisation into a tile-IR :class:`Function`."""
     cls = type(script)
     params, bindings = make_params(specs, const_values)
@@ -56,4 +56,4 @@ def transpile(script: Script, specs: list[ParamSpec], const_values: Mapping[str,
     if state.attrs.warps is None:
         raise ScriptError(f"{cls.__name__}.__call__ never sets self.attrs.warps (warps per block)")
     return Function(cls.kernel_name(), params, state.attrs.blocks, state.attrs.warps, builder.body,
-                    block_vars=block_ivs, aligned_pointers=aligned_pointers)
+                    block_vars=block_ivs, aligned_pointers=aligned_pointers, arch=arch)

@@ -13,8 +13,6 @@ from typing import Any, Optional
 from tilus_tvm.errors import LaunchError
 from tilus_tvm.lang.signature import ParamSpec
 
-INT_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
-UINT_RANGES = {"uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
 VECTOR_ALIGNMENT = 16
 MAX_INDEX = 2**31 - 1  # kernels index with int32
 
@@ -23,7 +21,7 @@ MAX_INDEX = 2**31 - 1  # kernels index with int32
 class BoundArguments:
     const_values: dict[str, Any] = field(default_factory=dict)
     scalars: list[Any] = field(default_factory=list)  # run-time scalars, in parameter order
-    call_args: list[Any] = field(default_factory=list)  # what the TVM function receives
+    call_args: list[Any] = field(default_factory=list)  # run-time scalars and tensors, in parameter order
     device: Optional[int] = None
     aligned: frozenset = frozenset()  # pointer parameters whose data is 16-byte aligned
 
@@ -61,9 +59,7 @@ def _scalar(spec: ParamSpec, value: Any, kernel: str) -> Any:
         except TypeError:
             raise LaunchError(f"{kernel}: argument {spec.name} ({dtype.name}) must be an integer, got "
                               f"{type(value).__name__} {value!r}") from None
-        bits = INT_RANGES.get(dtype.name) or UINT_RANGES[dtype.name]
-        low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if dtype.kind == "int" else (0, 2**bits - 1)
-        if not low <= value <= high:
+        if not dtype.min_value <= value <= dtype.max_value:
             raise LaunchError(f"{kernel}: argument {spec.name}={value} is out of range for {dtype.name}")
         return value
     if dtype.kind == "bool":
@@ -73,14 +69,20 @@ def _scalar(spec: ParamSpec, value: Any, kernel: str) -> Any:
     return float(value)
 
 
-def _flat_view(tensor):
+def flat_view(tensor):
     """A 1-D view over the storage the tensor spans, starting at its first element."""
     if tensor.is_contiguous():
         return tensor.reshape(-1)
-    span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()) if size > 0)
+    return tensor.as_strided((_span(tensor),), (1,))
+
+
+def _span(tensor) -> int:
+    """Elements from the tensor's first element to its last, inclusive."""
     if any(stride < 0 for stride in tensor.stride()):
         raise LaunchError("tensors with negative strides are not supported")
-    return tensor.as_strided((span,), (1,))
+    if tensor.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
 
 
 def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -> BoundArguments:
@@ -113,13 +115,13 @@ def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -
                 elif value.device.index != bound.device:
                     raise LaunchError(f"{kernel}: argument {spec.name} is on cuda:{value.device.index}, earlier "
                                       f"tensors are on cuda:{bound.device}")
-            flat = _flat_view(value)
-            if flat.numel() > MAX_INDEX:
-                raise LaunchError(f"{kernel}: argument {spec.name} spans {flat.numel()} elements; kernels index "
+            span = _span(value)
+            if span > MAX_INDEX:
+                raise LaunchError(f"{kernel}: argument {spec.name} spans {span} elements; kernels index "
                                   f"with int32 (at most {MAX_INDEX})")
             if value.data_ptr() % VECTOR_ALIGNMENT == 0:
                 aligned.add(spec.name)
-            bound.call_args.append(flat)
+            bound.call_args.append(value)
     bound.aligned = frozenset(aligned)
     if require_cuda and bound.device is None:
         import torch as _torch

@@ -6,41 +6,12 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import tvm
-from tvm import tirx
-
 from tilus_tvm.errors import CompileError, LaunchError
+from tilus_tvm.ir.scalar import expr_to_python
 from tilus_tvm.lang.signature import ParamSpec
 from tilus_tvm.runtime import arguments
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
-
-
-def expr_to_python(expr: Any, names: dict[str, str]) -> str:
-    """Python source computing an integer PrimExpr of scalar parameters (for the launch grid)."""
-    if isinstance(expr, (int,)):
-        return str(expr)
-    if isinstance(expr, tirx.IntImm):
-        return str(expr.value)
-    if isinstance(expr, tirx.Var):
-        if expr.name not in names:
-            raise CompileError(f"the grid size depends on {expr.name}, which is not a scalar parameter")
-        return names[expr.name]
-    if isinstance(expr, tirx.Cast):
-        return f"int({expr_to_python(expr.value, names)})"
-    binary = {tirx.Add: "({} + {})", tirx.Sub: "({} - {})", tirx.Mul: "({} * {})", tirx.FloorDiv: "({} // {})",
-              tirx.FloorMod: "({} % {})", tirx.Min: "min({}, {})", tirx.Max: "max({}, {})"}
-    for node_type, template in binary.items():
-        if isinstance(expr, node_type):
-            return template.format(expr_to_python(expr.a, names), expr_to_python(expr.b, names))
-    if isinstance(expr, tirx.Select):
-        return (f"({expr_to_python(expr.true_value, names)} if {expr_to_python(expr.condition, names)} "
-                f"else {expr_to_python(expr.false_value, names)})")
-    compare = {tirx.LT: "<", tirx.LE: "<=", tirx.GT: ">", tirx.GE: ">=", tirx.EQ: "==", tirx.NE: "!="}
-    for node_type, symbol in compare.items():
-        if isinstance(expr, node_type):
-            return f"({expr_to_python(expr.a, names)} {symbol} {expr_to_python(expr.b, names)})"
-    raise CompileError(f"cannot compute the grid size {expr} on the host")
 
 
 def grid_source(blocks: tuple[Any, ...], specs: list[ParamSpec]) -> str:
@@ -65,12 +36,12 @@ class CompiledKernel:
     name: str
     display_name: str
     arch: str
-    target: Any
     specs: list[ParamSpec]
     const_values: dict[str, Any]
     grid_source: str  # see grid_source(); kept as text so a cached kernel needs no frontend run
     num_threads: int
     shared_bytes: int
+    abi: Any  # tilus_tvm.passes.kernel_abi.KernelABI: the compiled function's parameters
     cuda_source: str
     tir_text: str
     executable: Any = None  # tvm.runtime.Executable when compiled in this process
@@ -82,8 +53,18 @@ class CompiledKernel:
     _grid: Any = field(default=None, repr=False)
 
     @property
-    def prim_func(self) -> tirx.PrimFunc:
+    def target(self):
+        """The TVM target it was compiled for."""
+        from tilus_tvm.target import tvm_target
+
+        return tvm_target(self.arch)
+
+    @property
+    def prim_func(self):
+        """The TVM TIR ``PrimFunc``."""
         if self._prim_func is None:
+            import tvm
+
             self._prim_func = tvm.script.from_source(self.tir_text)
         return self._prim_func
 
@@ -119,7 +100,8 @@ class CompiledKernel:
             "params": [[s.name, s.kind, s.annotation.__name__ if s.kind == "const" else repr(s.annotation)]
                        for s in self.specs],
             "const_values": self.const_values, "grid": self.grid_source, "num_threads": self.num_threads,
-            "shared_bytes": self.shared_bytes, "cuda_source": self.cuda_source, "tir": self.tir_text,
+            "shared_bytes": self.shared_bytes, "abi": self.abi.to_json(), "cuda_source": self.cuda_source,
+            "tir": self.tir_text,
         }
 
     # --- launching ------------------------------------------------------------------------------
@@ -133,6 +115,8 @@ class CompiledKernel:
             if self.executable is not None:
                 module = self.executable.mod
             elif self.library_path is not None:
+                import tvm
+
                 module = tvm.runtime.load_module(self.library_path)
             else:
                 raise LaunchError(f"kernel {self.display_name} has no compiled module")
@@ -160,7 +144,13 @@ class CompiledKernel:
         device = bound.device
         stream = torch.cuda.current_stream(device).cuda_stream
         with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", device), stream):
-            self.function()(*bound.call_args)
+            self.function()(*self.call_args(bound))
+
+    def call_args(self, bound: "arguments.BoundArguments") -> list[Any]:
+        """What the compiled function receives: scalars, tensors for shaped buffers, flat views for
+        flat ones (the compiled function checks shapes against the scalars)."""
+        return [value if param.kind == "scalar" or param.shape is not None else arguments.flat_view(value)
+                for param, value in zip(self.abi.params, bound.call_args)]
 
 
 def _annotation(kind: str, text: str) -> Any:
@@ -174,7 +164,8 @@ def _annotation(kind: str, text: str) -> Any:
 def load_kernel(path: str) -> CompiledKernel:
     """Load a kernel written by :meth:`CompiledKernel.export`; nothing is recompiled (the CUDA
     module is loaded, and its source compiled by the driver's NVRTC, at the first launch)."""
-    from tilus_tvm.runtime.target import resolve_target
+    from tilus_tvm.passes.kernel_abi import KernelABI
+    from tilus_tvm.target import check_arch
 
     try:
         with open(str(path) + ".json") as f:
@@ -182,7 +173,8 @@ def load_kernel(path: str) -> CompiledKernel:
     except OSError as exc:
         raise LaunchError(f"load_kernel: {path}.json (written by export) is missing: {exc}") from exc
     specs = [ParamSpec(name, kind, _annotation(kind, text)) for name, kind, text in meta["params"]]
-    target, arch = resolve_target(meta["arch"])
-    return CompiledKernel(meta["name"], meta["display_name"], arch, target, specs, meta["const_values"],
-                          meta["grid"], meta["num_threads"], meta["shared_bytes"], meta["cuda_source"],
+    arch = check_arch(meta["arch"])
+    return CompiledKernel(meta["name"], meta["display_name"], arch, specs, meta["const_values"],
+                          meta["grid"], meta["num_threads"], meta["shared_bytes"], KernelABI.from_json(meta["abi"]),
+                          meta["cuda_source"],
                           meta["tir"], library_path=str(path))

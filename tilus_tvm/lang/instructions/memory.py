@@ -102,6 +102,7 @@ class MemoryInstructions(InstructionBase):
         for s in shape:
             if not is_scalar(s) or isinstance(s, float):
                 raise ScriptError(f"global_view: shape entry {s!r} must be an int or integer scalar expression")
+        compact = strides is None
         if strides is None:
             strides = []
             running: Any = 1
@@ -111,7 +112,8 @@ class MemoryInstructions(InstructionBase):
             strides = strides[::-1]
         elif len(strides) != len(shape):
             raise ScriptError(f"global_view: strides {list(strides)} and shape {list(shape)} differ in length")
-        view = GlobalTensor(dtype, tuple(shape), tuple(strides), ptr.param, name=builder.fresh_name("g"))
+        view = GlobalTensor(dtype, tuple(shape), tuple(strides), ptr.param, name=builder.fresh_name("g"),
+                            compact=compact)
         return builder.global_view(view)
 
     def register_tensor(self, dtype: DataType, shape: Sequence[int], layout: Optional[RegisterLayout] = None,

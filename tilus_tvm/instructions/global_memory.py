@@ -1,7 +1,10 @@
-"""Emitters of memory instructions: allocation, global and shared loads and stores.
+"""Global-memory tile accesses: ``LoadGlobal`` and ``StoreGlobal``.
 
-A thread handles the elements of its register slots: slot ``i`` of thread ``t`` holds the tile
-element ``layout.logical(t, i)``. Global accesses are masked against the view's shape. When the
+No layout rule of their own: a load takes the layout its uses give its output (a ``dot`` operand
+is loaded straight into fragment layout), else the default coalesced layout. No scratch memory.
+
+Emitter: a thread handles the elements of its register slots (slot ``i`` of thread ``t`` holds the
+tile element ``layout.logical(t, i)``). Accesses are masked against the view's shape. When the
 layout gives a thread runs of consecutive elements along a unit-stride dimension (and alignment
 is provable), accesses are vectorised up to 16 bytes.
 """
@@ -13,42 +16,13 @@ from typing import Any, Sequence
 from tvm import sym, tirx
 from tvm.script.ir_builder import tirx as Tb
 
-from tilus_tvm.backend.context import CodegenContext, bounds_condition, const, emitter, place_tile, shared_offset
+from tilus_tvm.backend.context import CodegenContext, bounds_condition, const, place_tile
+from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
-from tilus_tvm.ir.builder import is_scalar
 from tilus_tvm.ir.tensor import GlobalTensor
 from tilus_tvm.layout.register import RegisterLayout
 
 MAX_VECTOR_BYTES = 16
-
-
-@emitter(ir.AllocateRegister)
-def emit_allocate_register(ctx: CodegenContext, inst: ir.AllocateRegister) -> None:
-    if inst.init is None:
-        return
-    out = inst.output
-    buf = ctx.reg(out)
-    with Tb.unroll(0, out.layout.local_size) as i:
-        if is_scalar(inst.init):  # (TVM expressions are callable too, so test for a scalar first)
-            value = inst.init
-        else:
-            value = inst.init(*ctx.logical(out.layout, i))
-        Tb.buffer_store(buf, const(value, out.dtype), [i])
-
-
-@emitter(ir.AllocateShared)
-def emit_allocate_shared(ctx: CodegenContext, inst: ir.AllocateShared) -> None:
-    ctx.declare_shared(inst.output)
-
-
-@emitter(ir.FreeShared)
-def emit_free_shared(ctx: CodegenContext, inst: ir.FreeShared) -> None:
-    """Nothing to generate: the shared-memory plan already lets later tensors reuse the space."""
-
-
-@emitter(ir.GlobalView)
-def emit_global_view(ctx: CodegenContext, inst: ir.GlobalView) -> None:
-    ctx.declare_global_view(inst.output)
 
 
 def vector_width(layout: RegisterLayout, tensor: GlobalTensor, offsets: Sequence[Any], dims: Sequence[int]) -> int:
@@ -69,7 +43,7 @@ def vector_width(layout: RegisterLayout, tensor: GlobalTensor, offsets: Sequence
     global_dim = dims[-1]
     if not _is_one(tensor.strides[global_dim]):
         return 1
-    width = math.gcd(layout.mode_shape[inner_mode], max(1, MAX_VECTOR_BYTES // tensor.dtype.nbytes))
+    width = math.gcd(layout.mode_shape[inner_mode], max(1, MAX_VECTOR_BYTES * 8 // tensor.dtype.nbits))
     analyzer = sym.Analyzer()
     while width > 1:
         multiples = [offsets[global_dim], tensor.shape[global_dim]]
@@ -109,13 +83,12 @@ class _GlobalAccess:
         if self.width == 1:
             return view, coords
         linear = sum((c * s for c, s in zip(coords, self.tensor.strides)), 0)
-        return self.tensor.pointer.buffer, [tirx.Ramp(linear, 1, self.width)]
+        return self.ctx.flat_view(self.tensor.pointer), [tirx.Ramp(linear, 1, self.width)]
 
     def slots(self, first_slot):
         return first_slot if self.width == 1 else tirx.Ramp(first_slot, 1, self.width)
 
 
-@emitter(ir.LoadGlobal)
 def emit_load_global(ctx: CodegenContext, inst: ir.LoadGlobal) -> None:
     out = inst.output
     access = _GlobalAccess(ctx, out.layout, inst.src, inst.offsets, inst.dims)
@@ -128,7 +101,6 @@ def emit_load_global(ctx: CodegenContext, inst: ir.LoadGlobal) -> None:
         Tb.buffer_store(buf, tirx.if_then_else(cond, load, zero), [access.slots(j * width)])
 
 
-@emitter(ir.StoreGlobal)
 def emit_store_global(ctx: CodegenContext, inst: ir.StoreGlobal) -> None:
     src = inst.src
     access = _GlobalAccess(ctx, src.layout, inst.dst, inst.offsets, inst.dims)
@@ -141,26 +113,5 @@ def emit_store_global(ctx: CodegenContext, inst: ir.StoreGlobal) -> None:
                 Tb.buffer_store(target, tirx.BufferLoad(buf, [access.slots(j * width)]), index)
 
 
-def _shared_offset(ctx: CodegenContext, tensor, offsets, dims, tile_index):
-    return shared_offset(tensor.layout, place_tile(offsets, dims, tile_index))
-
-
-@emitter(ir.LoadShared)
-def emit_load_shared(ctx: CodegenContext, inst: ir.LoadShared) -> None:
-    out = inst.output
-    view = ctx.view(inst.src)
-    buf = ctx.reg(out)
-    with Tb.unroll(0, out.layout.local_size) as i:
-        offset = _shared_offset(ctx, inst.src, inst.offsets, inst.dims, ctx.logical(out.layout, i))
-        Tb.buffer_store(buf, view[offset], [i])
-
-
-@emitter(ir.StoreShared)
-def emit_store_shared(ctx: CodegenContext, inst: ir.StoreShared) -> None:
-    src = inst.src
-    view = ctx.view(inst.dst)
-    buf = ctx.reg(src)
-    with ctx.guarded(ctx.owner_condition(src.layout)):
-        with Tb.unroll(0, src.layout.local_size) as i:
-            offset = _shared_offset(ctx, inst.dst, inst.offsets, inst.dims, ctx.logical(src.layout, i))
-            Tb.buffer_store(view, buf[i], [offset])
+register(ir.LoadGlobal, emit=emit_load_global)
+register(ir.StoreGlobal, emit=emit_store_global)

@@ -1,0 +1,17 @@
+"""Instructions by family: each module registers, per target family, an instruction's layout rule,
+its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.registry`).
+
+    allocate.py        AllocateRegister, AllocateShared, FreeShared, GlobalView
+    elementwise.py     Unary, Binary, Where, Cast, Assign
+    global_memory.py   LoadGlobal, StoreGlobal
+    shared_memory.py   LoadShared, StoreShared
+    reduce.py          Reduce
+    dot.py             Dot (mma.sync atoms, CUDA cores)
+    convert_layout.py  ConvertLayout
+    misc.py            Sync, Printf
+
+Importing this package registers all of them.
+"""
+from tilus_tvm.instructions import (allocate, convert_layout, dot, elementwise, global_memory,  # noqa: F401
+                                    misc, reduce, shared_memory)
+from tilus_tvm.instructions.registry import InstructionImpl, lookup, register, registered  # noqa: F401

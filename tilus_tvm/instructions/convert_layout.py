@@ -1,0 +1,33 @@
+"""``ConvertLayout``: copy a register tensor into another layout (inserted by layout inference
+where an operand's layout differs from the one its instruction needs).
+
+Scratch: the whole tile, row-major, in shared memory. Emitter: the owners of each element write it
+at its row-major position, then every thread reads the elements of its new slots back.
+"""
+from __future__ import annotations
+
+from tvm.script.ir_builder import tirx as Tb
+
+from tilus_tvm.backend.context import CodegenContext, row_major_linear, sync_threads
+from tilus_tvm.instructions.registry import register
+from tilus_tvm.ir import inst as ir
+
+
+def emit_convert_layout(ctx: CodegenContext, inst: ir.ConvertLayout) -> None:
+    """Through shared memory: owners write every element at its row-major position, all read back."""
+    src, out = inst.x, inst.output
+    scratch = ctx.shared_view(ctx.plan.offset_of(inst), src.dtype, src.size, f"{out.name}_scratch")
+    src_buf, dst_buf = ctx.reg(src), ctx.reg(out)
+    sync_threads()  # the scratch may overlap memory other threads were still reading
+    with ctx.guarded(ctx.owner_condition(src.layout)):
+        with Tb.unroll(0, src.layout.local_size) as i:
+            Tb.buffer_store(scratch, src_buf[i], [row_major_linear(ctx.logical(src.layout, i), src.shape)])
+    sync_threads()
+    with Tb.unroll(0, out.layout.local_size) as i:
+        position = row_major_linear(ctx.logical(out.layout, i), out.shape)
+        Tb.buffer_store(dst_buf, scratch[position], [i])
+    sync_threads()
+
+
+register(ir.ConvertLayout, emit=emit_convert_layout,
+         scratch=lambda inst: inst.x.dtype.storage_bytes(inst.x.size))

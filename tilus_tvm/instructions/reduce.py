@@ -1,0 +1,132 @@
+"""``Reduce``: sum, max or min of a register tensor over one dimension.
+
+Layout rule: the output's layout is the input's reduced over the dimension
+(:func:`tilus_tvm.layout.register_ops.reduce`): the threads that held parts of one row become
+replicas of its result. Scratch: none when the threads that hold parts of a row sit in one warp
+at power-of-two lane strides (butterfly shuffles), else one partial result per such thread
+group in shared memory.
+
+Emitter: per thread first, then across threads with ``__shfl_xor_sync`` or through shared memory.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from tvm import tirx
+from tvm.script.ir_builder import tirx as Tb
+
+from tilus_tvm.backend.context import CodegenContext, drop_local_dims, row_major_linear, sync_threads
+from tilus_tvm.instructions.elementwise import set_layout
+from tilus_tvm.instructions.registry import register
+from tilus_tvm.ir import inst as ir
+from tilus_tvm.ir.scalar import expr_dtype
+from tilus_tvm.layout.register import RegisterLayout, row_major_ravel, row_major_unravel
+from tilus_tvm.layout.register_ops import reduce
+
+REDUCE_COMBINE = {"sum": lambda a, b: a + b, "max": tirx.max, "min": tirx.min}
+
+
+def dim_spatial_positions(layout: RegisterLayout, dim: int) -> list[int]:
+    """Positions in ``layout.spatial_modes`` of the modes of dimension ``dim`` (the threads a reduction
+    over ``dim`` combines differ exactly in these thread-id digits)."""
+    dim_modes = set(layout.grouped_modes[dim])
+    return [p for p, entry in enumerate(layout.spatial_modes) if entry >= 0 and entry in dim_modes]
+
+
+def reduce_shuffle_lanes(layout: RegisterLayout, dim: int) -> Optional[list[tuple[int, int]]]:
+    """The (thread stride, size) of each spatial mode of ``dim`` when all of them can be combined with
+    butterfly warp shuffles (power-of-two sizes and strides, within one warp); None otherwise."""
+    lanes = []
+    for p in dim_spatial_positions(layout, dim):
+        stride, size = math.prod(layout.spatial_shape[p + 1:]), layout.spatial_shape[p]
+        if size & (size - 1) or stride & (stride - 1) or stride * size > 32:
+            return None
+        lanes.append((stride, size))
+    return lanes
+
+
+def reduce_partial_groups(layout: RegisterLayout, dim: int) -> int:
+    """How many threads hold partial results of one output element (product of dim's spatial modes)."""
+    return math.prod(layout.spatial_shape[p] for p in dim_spatial_positions(layout, dim))
+
+
+def reduce_scratch_bytes(inst: ir.Reduce) -> int:
+    if reduce_shuffle_lanes(inst.x.layout, inst.dim) is not None:
+        return 0
+    return inst.x.dtype.storage_bytes(reduce_partial_groups(inst.x.layout, inst.dim) * inst.output.size)
+
+
+def reduced_layout(inst: ir.Reduce) -> RegisterLayout:
+    return reduce(inst.x.layout, [inst.dim], keepdims=inst.keepdim)
+
+
+def propagate_reduce(inst: ir.Reduce) -> bool:
+    if inst.output.layout is None and inst.x.layout is not None:
+        return set_layout(inst.output, reduced_layout(inst))
+    return False
+
+
+def _reduce_groups(x_layout: RegisterLayout, dim: int) -> tuple[list[list[int]], int]:
+    """For each output slot, the input slots of one thread that reduce into it (compile time)."""
+    num_out = x_layout.local_size // math.prod(x_layout.mode_shape[m] for m in x_layout.local_modes
+                                               if m in x_layout.grouped_modes[dim])
+    groups: list[list[int]] = [[] for _ in range(num_out)]
+    for i in range(x_layout.local_size):
+        groups[drop_local_dims(x_layout, {dim}, i)].append(i)
+    return groups, num_out
+
+
+def _shuffle_xor(value, lane_mask: int):
+    return Tb.call_extern(expr_dtype(value), "__shfl_xor_sync", tirx.const(0xFFFFFFFF, "uint32"), value, lane_mask, 32)
+
+
+def emit_reduce(ctx: CodegenContext, inst: ir.Reduce) -> None:
+    """Per thread, then across the threads that hold parts of one output row: with butterfly warp
+    shuffles when those threads sit in one warp at power-of-two strides, else through shared memory."""
+    x, out = inst.x, inst.output
+    combine = REDUCE_COMBINE[inst.op]
+    src, dst = ctx.reg(x), ctx.reg(out)
+    groups, num_out = _reduce_groups(x.layout, inst.dim)
+    for j, slots in enumerate(groups):
+        acc = src[slots[0]]
+        for s in slots[1:]:
+            acc = combine(acc, src[s])
+        Tb.buffer_store(dst, acc, [j])
+    lanes = reduce_shuffle_lanes(x.layout, inst.dim)
+    if lanes is not None:
+        for stride, size in lanes:
+            mask = stride
+            while mask < stride * size:
+                with Tb.unroll(0, num_out) as j:
+                    Tb.buffer_store(dst, combine(dst[j], _shuffle_xor(dst[j], mask)), [j])
+                mask *= 2
+        return
+    _reduce_through_shared(ctx, inst, num_out)
+
+
+def _reduce_through_shared(ctx: CodegenContext, inst: ir.Reduce, num_out: int) -> None:
+    x, out = inst.x, inst.output
+    combine = REDUCE_COMBINE[inst.op]
+    dst = ctx.reg(out)
+    partials = reduce_partial_groups(x.layout, inst.dim)
+    scratch = ctx.shared_view(ctx.plan.offset_of(inst), x.dtype, partials * out.size, f"{out.name}_partials")
+    positions = dim_spatial_positions(x.layout, inst.dim)
+    digits = row_major_unravel(ctx.tx, x.layout.spatial_shape)
+    part = row_major_ravel([digits[p] for p in positions], [x.layout.spatial_shape[p] for p in positions])
+    sync_threads()
+    with ctx.guarded(ctx.owner_condition(x.layout)):
+        with Tb.unroll(0, num_out) as j:
+            position = row_major_linear(ctx.logical(out.layout, j), out.shape)
+            Tb.buffer_store(scratch, dst[j], [part * out.size + position])
+    sync_threads()
+    with Tb.unroll(0, num_out) as j:
+        position = row_major_linear(ctx.logical(out.layout, j), out.shape)
+        acc = scratch[position]
+        for p in range(1, partials):
+            acc = combine(acc, scratch[p * out.size + position])
+        Tb.buffer_store(dst, acc, [j])
+    sync_threads()
+
+
+register(ir.Reduce, emit=emit_reduce, propagate=propagate_reduce, produced=reduced_layout, scratch=reduce_scratch_bytes)

@@ -1,0 +1,161 @@
+"""The kernel ABI: how TVM's tools see a kernel's parameters.
+
+Each pointer parameter becomes a TIR buffer argument. When every global view of the pointer has
+the same row-major shape, written in constants and run-time scalar parameters, the buffer takes
+that shape (``a_ptr: T.Buffer((m_size, 4096), "float16")``): TVM's generated entry code then
+checks the tensor it is called with (rank, shape against the scalars, dtype, contiguity, device)
+once per call in compiled code, and ``R.call_tir`` / MetaSchedule can call the kernel like any
+TIR function. Other pointers (views with strides, several shapes, no view) stay flat 1-D buffers
+of any length.
+
+The pass also records which pointers the kernel reads and writes, which gives the
+destination-passing form: inputs, then outputs, then the run-time scalars.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tilus_tvm.errors import CompileError
+from tilus_tvm.ir import inst as ir
+from tilus_tvm.ir.scalar import c_identifier
+from tilus_tvm.ir.stmt import Function, Param, instructions
+
+
+@dataclass(frozen=True)
+class AbiParam:
+    """One argument of the compiled function: a run-time scalar or a tensor.
+
+    ``shape`` (tensors) is the buffer's shape as text (``("m_size", "4096")``), None for a flat
+    buffer of any length.
+    """
+
+    name: str
+    kind: str  # "scalar" or "tensor"
+    dtype: str
+    shape: Optional[tuple[str, ...]] = None
+    reads: bool = False
+    writes: bool = False
+
+    @property
+    def is_output(self) -> bool:
+        return self.kind == "tensor" and self.writes
+
+    def to_json(self) -> list:
+        return [self.name, self.kind, self.dtype, None if self.shape is None else list(self.shape), self.reads,
+                self.writes]
+
+    @staticmethod
+    def from_json(item: list) -> "AbiParam":
+        name, kind, dtype, shape, reads, writes = item
+        return AbiParam(name, kind, dtype, None if shape is None else tuple(shape), reads, writes)
+
+
+@dataclass(frozen=True)
+class KernelABI:
+    """The compiled function's parameters in the Script's order (compile-time parameters excluded)."""
+
+    params: tuple[AbiParam, ...]
+
+    @property
+    def inputs(self) -> list[AbiParam]:
+        return [p for p in self.params if p.kind == "tensor" and not p.writes]
+
+    @property
+    def outputs(self) -> list[AbiParam]:
+        return [p for p in self.params if p.is_output]
+
+    @property
+    def scalars(self) -> list[AbiParam]:
+        return [p for p in self.params if p.kind == "scalar"]
+
+    def dps_order(self) -> list[AbiParam]:
+        """Destination-passing order: inputs, outputs, then scalars (``R.call_tir`` with ``tir_vars``)."""
+        return self.inputs + self.outputs + self.scalars
+
+    def to_json(self) -> list:
+        return [p.to_json() for p in self.params]
+
+    @staticmethod
+    def from_json(items: list) -> "KernelABI":
+        return KernelABI(tuple(AbiParam.from_json(item) for item in items))
+
+
+def python_source(expr: Any, names: dict[str, str]) -> str:
+    """Python source of an integer expression of scalar parameters (``names``: TIR var -> Script name)."""
+    from tilus_tvm.ir.scalar import expr_to_python
+
+    return str(expr) if isinstance(expr, int) else expr_to_python(expr, names)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    import tvm_ffi
+
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
+def _uses_only(expr: Any, allowed: list) -> bool:
+    if isinstance(expr, int):
+        return True
+    from tvm import tirx
+
+    return all(any(v.same_as(a) for a in allowed) for v in tirx.analysis.undefined_vars(expr))
+
+
+def _common_shape(views: list, scalar_vars: list) -> Optional[tuple]:
+    """The one row-major shape all ``views`` share, written in constants and scalar parameters."""
+    if not views or not all(v.compact for v in views):
+        return None
+    shape = views[0].shape
+    for view in views[1:]:
+        if len(view.shape) != len(shape) or not all(_same(a, b) for a, b in zip(view.shape, shape)):
+            return None
+    if not all(_uses_only(s, scalar_vars) for s in shape):
+        return None
+    return shape
+
+
+def plan_kernel_abi(func: Function) -> KernelABI:
+    """Give pointer parameters shaped buffers where their views allow, mark reads and writes."""
+    from tvm import tirx
+
+    views: dict[str, list] = {}
+    for inst in instructions(func.body):
+        if isinstance(inst, ir.GlobalView):
+            views.setdefault(inst.output.pointer.name, []).append(inst.output)
+        elif isinstance(inst, ir.LoadGlobal):
+            inst.src.pointer.reads = True
+        elif isinstance(inst, ir.StoreGlobal):
+            inst.dst.pointer.writes = True
+    scalar_vars = [p.var for p in func.params if p.kind == "scalar"]
+    names = {p.var.name: p.name for p in func.params if p.kind == "scalar"}
+    abi = []
+    for param in func.params:
+        if param.kind == "scalar":
+            abi.append(AbiParam(param.name, "scalar", param.dtype.name))
+        elif param.kind == "pointer":
+            shape = _common_shape(views.get(param.name, []), scalar_vars)
+            if shape is not None and not param.shaped:
+                param.buffer = tirx.decl_buffer(list(shape), param.dtype.name, c_identifier(param.name))
+                param.shaped = True
+            text = None if shape is None else tuple(python_source(s, names) for s in shape)
+            abi.append(AbiParam(param.name, "tensor", param.dtype.name, text, param.reads, param.writes))
+    return KernelABI(tuple(abi))
+
+
+def check_dps(func: Function, abi: KernelABI) -> None:
+    """Destination passing needs outputs the kernel only writes, each with a shape."""
+    if not abi.outputs:
+        raise CompileError(f"kernel {func.name} writes no tensor, so it has no destination-passing form "
+                           f"(R.call_tir needs at least one output)")
+    for p in abi.outputs:
+        if p.reads:
+            raise CompileError(f"kernel {func.name} reads and writes {p.name}; the destination-passing form "
+                               f"(R.call_tir) gives outputs fresh, uninitialised tensors, so an in-place "
+                               f"parameter has none")
+    for p in abi.params:
+        if p.kind == "tensor" and p.shape is None:
+            raise CompileError(f"kernel {func.name}: {p.name} has no single row-major global view, so its "
+                               f"buffer has no shape; the destination-passing form needs shaped tensors")

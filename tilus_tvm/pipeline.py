@@ -59,7 +59,7 @@ class LoweredKernel:
             check_dps(self.func, self.abi)
             by_name = {p.name: p for p in self.func.params}
             order = [by_name[p.name] for p in self.abi.dps_order()]
-            self._dps = generate(self.func, self.plan, params=order, attrs={"tirx.is_scheduled": True})
+            self._dps = generate(self.func, self.plan, params=order, attrs={"tirx.is_scheduled": True, "op_pattern": 8})
         return self._dps
 
 

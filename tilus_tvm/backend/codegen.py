@@ -17,7 +17,6 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext
-from tilus_tvm.instructions import lookup
 from tilus_tvm.ir.scalar import c_identifier, expr_dtype
 from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, DeclareScalar, ForStmt, Function, IfStmt, InstStmt,
                                Param, SeqStmt, Stmt, instructions)
@@ -38,7 +37,7 @@ def _emit_seq(ctx: CodegenContext, seq: SeqStmt) -> None:
 
 
 def _emit_inst(ctx: CodegenContext, stmt: InstStmt) -> None:
-    lookup(type(stmt.inst), ctx.func.arch).emit(ctx, stmt.inst)
+    ctx.emit_instruction(stmt.inst)
 
 
 def _emit_for(ctx: CodegenContext, stmt: ForStmt) -> None:

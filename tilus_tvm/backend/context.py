@@ -2,8 +2,9 @@
 thread index, the shared-memory plan, and the index arithmetic shared by all emitters."""
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
@@ -113,6 +114,29 @@ class CodegenContext:
         """The tile element this thread holds in slot ``local``."""
         return logical_index(layout, self.tx, local)
 
+    # --- regions --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def detached(self) -> Iterator["Region"]:
+        """Build TIR that is not placed where the emitter stands: ``with ctx.detached() as region:``
+        emits into ``region``; afterwards ``region.stmt`` is one TIR statement that the emitter
+        places once or several times with :meth:`place` (a software-pipeline stage, a branch
+        that one warp group runs)."""
+        region = Region()
+        with IRBuilder() as builder:
+            with Tb.serial(0, 1):  # a carrier frame, so several statements make one SeqStmt
+                yield region
+        region.stmt = builder.get().body
+
+    def place(self, stmt: tirx.Stmt) -> None:
+        """Put a statement (a detached region's) at the current point of the kernel."""
+        Tb.add_to_parent(stmt)
+
+    def emit_instruction(self, inst: Any) -> None:
+        """Emit another tile instruction here, through its registered emitter for this target."""
+        from tilus_tvm.instructions import lookup
+
+        lookup(type(inst), self.func.arch).emit(self, inst)
+
     # --- control helpers ------------------------------------------------------------------------
     def guarded(self, cond) -> Any:
         """``with ctx.guarded(cond):`` — a run-time condition, skipped when it is the constant True."""
@@ -127,6 +151,12 @@ class CodegenContext:
         if layout.is_replicated:
             cond = tirx.And(cond, layout.replica_of(self.tx) == 0)
         return cond
+
+
+class Region:
+    """What :meth:`CodegenContext.detached` builds: ``stmt`` is set when the ``with`` block ends."""
+
+    stmt: Optional[tirx.Stmt] = None
 
 
 class _Guard:

@@ -9,7 +9,11 @@ TIR function. Other pointers (views with strides, several shapes, no view) stay 
 of any length.
 
 The pass also records which pointers the kernel reads and writes, which gives the
-destination-passing form: inputs, then outputs, then the run-time scalars.
+destination-passing form that ``R.call_tir`` calls: input tensors, the run-time scalars that no
+tensor shape gives, then the output tensors. TVM 0.27's ``call_tir`` has no ``tir_vars`` (it
+passes the call's arguments to the leading parameters and appends the outputs), so a scalar that
+is a dimension of a tensor (``m_size`` in ``a_ptr: (m_size, 4096)``) is not a parameter of that
+form: TVM binds it from the tensor's shape; any other scalar is passed as ``R.prim_value``.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ class AbiParam:
     shape: Optional[tuple[str, ...]] = None
     reads: bool = False
     writes: bool = False
+    from_shape: bool = False  # a scalar equal to a dimension of a shaped tensor parameter
 
     @property
     def is_output(self) -> bool:
@@ -43,12 +48,12 @@ class AbiParam:
 
     def to_json(self) -> list:
         return [self.name, self.kind, self.dtype, None if self.shape is None else list(self.shape), self.reads,
-                self.writes]
+                self.writes, self.from_shape]
 
     @staticmethod
     def from_json(item: list) -> "AbiParam":
-        name, kind, dtype, shape, reads, writes = item
-        return AbiParam(name, kind, dtype, None if shape is None else tuple(shape), reads, writes)
+        name, kind, dtype, shape, reads, writes, from_shape = item
+        return AbiParam(name, kind, dtype, None if shape is None else tuple(shape), reads, writes, from_shape)
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,8 @@ class KernelABI:
         return [p for p in self.params if p.kind == "scalar"]
 
     def dps_order(self) -> list[AbiParam]:
-        """Destination-passing order: inputs, outputs, then scalars (``R.call_tir`` with ``tir_vars``)."""
-        return self.inputs + self.outputs + self.scalars
+        """Destination-passing order: inputs, the scalars no shape gives, then outputs (``R.call_tir``)."""
+        return self.inputs + [p for p in self.scalars if not p.from_shape] + self.outputs
 
     def to_json(self) -> list:
         return [p.to_json() for p in self.params]
@@ -131,17 +136,22 @@ def plan_kernel_abi(func: Function) -> KernelABI:
             inst.dst.pointer.writes = True
     scalar_vars = [p.var for p in func.params if p.kind == "scalar"]
     names = {p.var.name: p.name for p in func.params if p.kind == "scalar"}
-    abi = []
+    tensors, dims = {}, set()
     for param in func.params:
-        if param.kind == "scalar":
-            abi.append(AbiParam(param.name, "scalar", param.dtype.name))
-        elif param.kind == "pointer":
+        if param.kind == "pointer":
             shape = _common_shape(views.get(param.name, []), scalar_vars)
             if shape is not None and not param.shaped:
                 param.buffer = tirx.decl_buffer(list(shape), param.dtype.name, c_identifier(param.name))
                 param.shaped = True
             text = None if shape is None else tuple(python_source(s, names) for s in shape)
-            abi.append(AbiParam(param.name, "tensor", param.dtype.name, text, param.reads, param.writes))
+            tensors[param.name] = AbiParam(param.name, "tensor", param.dtype.name, text, param.reads, param.writes)
+            dims.update(s.name for s in (shape or ()) if isinstance(s, tirx.Var))
+    abi = []
+    for param in func.params:
+        if param.kind == "scalar":
+            abi.append(AbiParam(param.name, "scalar", param.dtype.name, from_shape=param.var.name in dims))
+        elif param.kind == "pointer":
+            abi.append(tensors[param.name])
     return KernelABI(tuple(abi))
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LayoutError
 from tilus_tvm.layout.register import RegisterLayout, column_local, column_spatial, compose, local, spatial
 
@@ -31,12 +32,6 @@ Index = Any  # an int, or a TVM PrimExpr
 
 WARP_SIZE = 32
 REGISTER_BITS = 32
-
-_DTYPE_BITS = {"float16": 16, "bfloat16": 16, "int8": 8, "uint8": 8, "float32": 32, "int32": 32}
-_PTX_TYPE = {"float16": "f16", "bfloat16": "bf16", "int8": "s8", "uint8": "u8", "float32": "f32", "int32": "s32"}
-# operand type names of TVM's ``T.ptx_legacy.mma`` (and the s_tir tensor intrinsics)
-_PTX_LEGACY_TYPE = {"float16": "fp16", "bfloat16": "bf16", "int8": "int8", "uint8": "uint8", "float32": "fp32",
-                    "int32": "int32"}
 
 
 def _pack(bits: int) -> int:
@@ -120,23 +115,23 @@ class MmaAtom:
     @property
     def a_regs(self) -> int:
         """32-bit registers of A per thread."""
-        return self.a_layout.local_size * _DTYPE_BITS[self.a_dtype] // REGISTER_BITS
+        return self.a_layout.local_size * as_dtype(self.a_dtype).nbits // REGISTER_BITS
 
     @property
     def b_regs(self) -> int:
         """32-bit registers of B per thread."""
-        return self.b_layout.local_size * _DTYPE_BITS[self.b_dtype] // REGISTER_BITS
+        return self.b_layout.local_size * as_dtype(self.b_dtype).nbits // REGISTER_BITS
 
     @property
     def c_regs(self) -> int:
         """32-bit registers of C (and of D) per thread."""
-        return self.c_layout.local_size * _DTYPE_BITS[self.c_dtype] // REGISTER_BITS
+        return self.c_layout.local_size * as_dtype(self.c_dtype).nbits // REGISTER_BITS
 
     @property
     def ptx_types(self) -> str:
         """The PTX type suffix ``.dtype.atype.btype.ctype`` without the leading dot, e.g. ``"f32.f16.f16.f32"``."""
-        d = _PTX_TYPE[self.c_dtype]
-        return f"{d}.{_PTX_TYPE[self.a_dtype]}.{_PTX_TYPE[self.b_dtype]}.{_PTX_TYPE[self.c_dtype]}"
+        a, b, c = (as_dtype(name).ptx for name in (self.a_dtype, self.b_dtype, self.c_dtype))
+        return f"{c}.{a}.{b}.{c}"
 
     @property
     def ptx(self) -> str:
@@ -146,14 +141,15 @@ class MmaAtom:
     @property
     def ptx_legacy_types(self) -> tuple[str, str, str]:
         """A, B and C type names as ``T.ptx_legacy.mma(shape, "row", "col", a, b, c, ...)`` takes them."""
-        return (_PTX_LEGACY_TYPE[self.a_dtype], _PTX_LEGACY_TYPE[self.b_dtype], _PTX_LEGACY_TYPE[self.c_dtype])
+        a, b, c = (as_dtype(name).ptx_mma for name in (self.a_dtype, self.b_dtype, self.c_dtype))
+        return (a, b, c)
 
     def __repr__(self) -> str:
         return f"MmaAtom({self.ptx})"
 
 
 def _make_atom(k: int, a_dtype: str, b_dtype: str, c_dtype: str) -> MmaAtom:
-    bits = _DTYPE_BITS[a_dtype]
+    bits = as_dtype(a_dtype).nbits
     return MmaAtom(name=f"m16n8k{k}", m=16, n=8, k=k, a_dtype=a_dtype, b_dtype=b_dtype, c_dtype=c_dtype,
                    a_layout=mma_a_layout(k, bits), b_layout=mma_b_layout(k, bits), c_layout=mma_c_layout())
 

@@ -19,3 +19,9 @@ class CompileError(TilusError, RuntimeError):
 
 class LaunchError(TilusError, ValueError):
     """A kernel was launched with arguments that do not fit its signature (count, dtype, device)."""
+
+
+class VerificationError(CompileError):
+    """The tile IR broke an invariant after a pass: a tensor used before it is defined or after it is
+    freed, a layout that does not fit its tensor, a dtype mismatch. The message names the pass and
+    quotes the instruction as the printer prints it."""

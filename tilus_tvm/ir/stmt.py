@@ -105,6 +105,11 @@ class Function:
     def num_threads(self) -> int:
         return self.warps * 32
 
+    def __str__(self) -> str:
+        from tilus_tvm.ir.printer import print_function  # the printer imports this module
+
+        return print_function(self)
+
 
 def walk(stmt: Stmt) -> Iterator[Stmt]:
     """Every statement under ``stmt`` in program order (pre-order)."""

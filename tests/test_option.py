@@ -1,0 +1,105 @@
+"""tilus_tvm/option.py: named options with defaults, environment variables read when an option is read,
+and IR dump files."""
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tilus_tvm import option
+from tilus_tvm.errors import TilusError
+from tilus_tvm.option import OptionError
+
+
+@pytest.fixture(autouse=True)
+def default_options(monkeypatch):
+    monkeypatch.delenv(option.DUMP_IR_ENV, raising=False)
+    monkeypatch.delenv(option.CACHE_DIR_ENV, raising=False)
+    for name in option.option_names():
+        option.set_option(name, None)
+    yield
+    for name in option.option_names():
+        option.set_option(name, None)
+
+
+def test_defaults():
+    assert option.option_names() == ["cache_dir", "debug.verify", "dump_ir"]
+    assert option.get_option("dump_ir") is None and option.dump_directory() is None
+    assert option.get_option("debug.verify") is True
+    assert option.get_option("cache_dir") == pathlib.Path.home() / ".cache" / "tilus_tvm"
+
+
+def test_set_option_and_back_to_the_default():
+    option.set_option("debug.verify", False)
+    assert option.get_option("debug.verify") is False
+    option.set_option("debug.verify", None)
+    assert option.get_option("debug.verify") is True
+
+
+def test_dump_ir_writes_one_numbered_file_per_pass(tmp_path):
+    option.dump_ir(str(tmp_path))
+    assert option.dump_directory() == tmp_path
+    first = option.write_dump("matmul", 0, "transpile", "kernel matmul():\n")
+    option.write_dump("matmul", 1, "layout_inference", "after inference\n")
+    option.write_dump("matmul", 4, "tir", "# from tvm.script import tirx as T\n", suffix=".py")
+    assert first == tmp_path / "matmul" / "00_transpile.txt"
+    assert sorted(p.name for p in (tmp_path / "matmul").iterdir()) == \
+        ["00_transpile.txt", "01_layout_inference.txt", "04_tir.py"]
+    assert (tmp_path / "matmul" / "01_layout_inference.txt").read_text() == "after inference\n"
+
+
+def test_dump_ir_none_turns_dumps_off(tmp_path):
+    option.dump_ir(tmp_path)
+    option.dump_ir(None)
+    assert option.dump_directory() is None
+    with pytest.raises(OptionError, match="IR dumps are off"):
+        option.write_dump("k", 0, "transpile", "")
+
+
+def test_the_environment_variable_is_read_when_the_option_is_read(tmp_path, monkeypatch):
+    assert option.dump_directory() is None
+    monkeypatch.setenv("TILUS_TVM_DUMP_IR", str(tmp_path / "env"))
+    assert option.dump_directory() == tmp_path / "env"
+    option.write_dump("softmax", 2, "shared_memory", "text")
+    assert (tmp_path / "env" / "softmax" / "02_shared_memory.txt").read_text() == "text"
+    option.dump_ir(tmp_path / "explicit")  # a directory given in code wins over the environment
+    assert option.dump_directory() == tmp_path / "explicit"
+    option.dump_ir(None)  # back to the default: the environment
+    assert option.dump_directory() == tmp_path / "env"
+
+
+def test_cache_dir_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILUS_TVM_CACHE_DIR", str(tmp_path))
+    assert option.get_option("cache_dir") == tmp_path
+    option.set_option("cache_dir", str(tmp_path / "mine"))
+    assert option.get_option("cache_dir") == tmp_path / "mine"
+
+
+def test_an_unknown_option_name_lists_the_options():
+    message = "unknown option 'dump_irr'; the options are: cache_dir, debug.verify, dump_ir"
+    with pytest.raises(OptionError, match=message):
+        option.get_option("dump_irr")
+    with pytest.raises(OptionError, match="unknown option 'verify'"):
+        option.set_option("verify", True)
+    assert issubclass(OptionError, TilusError) and issubclass(OptionError, ValueError)
+
+
+def test_values_of_the_wrong_type_are_refused():
+    with pytest.raises(OptionError, match=r"option 'debug.verify' expects True or False, got 'yes'"):
+        option.set_option("debug.verify", "yes")
+    with pytest.raises(OptionError, match=r"option 'dump_ir' expects a directory \(str or os.PathLike\), got 3"):
+        option.dump_ir(3)
+
+
+def test_dump_file_names_stay_inside_the_dump_directory(tmp_path):
+    option.dump_ir(tmp_path)
+    path = option.write_dump("../evil/kernel", 7, "a/b", "x")
+    assert path.parent.parent == tmp_path
+    assert path.name == "07_a_b.txt"
+
+
+def test_the_option_module_imports_neither_tvm_nor_torch():
+    code = ("import sys, tilus_tvm.option\n"
+            "print(sorted(m for m in ('tvm', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

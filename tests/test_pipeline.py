@@ -139,8 +139,8 @@ def test_ir_dumps_one_file_per_pass(tmp_path, monkeypatch):
     finally:
         option.dump_ir(None)
     files = sorted(p.name for p in (tmp_path / "matmul").iterdir())
-    assert files == ["00_transpile.txt", "01_layout_inference.txt", "02_shared_memory.txt", "03_kernel_abi.txt",
-                     "04_tir.py"]
+    assert files == ["00_transpile.txt", "01_layout_inference.txt", "02_shared_layout_inference.txt",
+                     "03_shared_memory.txt", "04_kernel_abi.txt", "05_tir.py"]
     assert "layout=" in (tmp_path / "matmul" / "01_layout_inference.txt").read_text()
 
 

@@ -10,7 +10,7 @@ module produces; nothing here imports the runtime.
     kernel.lower(*args, target="sm_90", dps=True)   # inputs, outputs, then shape scalars
 
 The passes, in order: ``layout_inference`` (every register tensor gets a layout, conversions are
-inserted), ``shared_memory`` (one pool, byte offsets and its size), ``kernel_abi`` (shaped buffer
+inserted), ``shared_layout_inference`` (shared tensors get bank-conflict-free swizzles), ``shared_memory`` (one pool, byte offsets and its size), ``kernel_abi`` (shaped buffer
 parameters, reads and writes). With ``tilus_tvm.option.dump_ir(directory)`` (or the environment
 variable ``TILUS_TVM_DUMP_IR``) the program after each pass and the final TIR are written to
 ``<directory>/<kernel>/NN_<pass>.txt``.
@@ -73,11 +73,13 @@ def signature(cls: type) -> list[ParamSpec]:
 def _pass_list() -> list[tuple[str, Callable]]:
     from tilus_tvm.passes.kernel_abi import plan_kernel_abi
     from tilus_tvm.passes.layout_inference import infer_layouts
+    from tilus_tvm.passes.shared_layout import infer_shared_layouts
     from tilus_tvm.passes.shared_memory import plan_shared_memory
     from tilus_tvm.target import shared_memory_limit
 
     return [
         ("layout_inference", lambda state: infer_layouts(state.func)),
+        ("shared_layout_inference", lambda state: infer_shared_layouts(state.func)),
         ("shared_memory", lambda state: setattr(state, "plan",
                                                 plan_shared_memory(state.func, shared_memory_limit(state.func.arch)))),
         ("kernel_abi", lambda state: setattr(state, "abi", plan_kernel_abi(state.func))),

@@ -110,6 +110,14 @@ class CodegenContext:
         self.views[id(tensor)] = self.shared_view(self.plan.offset_of(tensor), tensor.dtype, tensor.layout.cosize,
                                                   tensor.name)
 
+    def shared_element(self, tensor: SharedTensor, coords: Sequence[Any]) -> tuple[tirx.Buffer, Any]:
+        """(buffer, element offset) of ``coords`` in a shared tensor or a view of one (``smem[stage]``)."""
+        offset = shared_offset(tensor.resolved_layout(), coords)
+        base = tensor.element_offset()
+        if not (isinstance(base, int) and base == 0):
+            offset = base + offset
+        return self.view(tensor.root), offset
+
     def logical(self, layout: RegisterLayout, local: Any) -> tuple:
         """The tile element this thread holds in slot ``local``."""
         return logical_index(layout, self.tx, local)

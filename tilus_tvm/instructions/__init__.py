@@ -4,7 +4,8 @@ its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.regist
     allocate.py        AllocateRegister, AllocateShared, FreeShared, GlobalView
     elementwise.py     Unary, Binary, Where, Cast, Assign
     global_memory.py   LoadGlobal, StoreGlobal
-    shared_memory.py   LoadShared, StoreShared
+    shared_memory.py   LoadShared (ldmatrix when the layouts allow), StoreShared
+    async_copy.py      CopyAsync (cp.async), CopyAsyncCommitGroup, CopyAsyncWaitGroup, CopyAsyncWaitAll
     reduce.py          Reduce
     dot.py             Dot (mma.sync atoms, CUDA cores)
     convert_layout.py  ConvertLayout
@@ -12,6 +13,6 @@ its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.regist
 
 Importing this package registers all of them.
 """
-from tilus_tvm.instructions import (allocate, convert_layout, dot, elementwise, global_memory,  # noqa: F401
-                                    misc, reduce, shared_memory)
+from tilus_tvm.instructions import (allocate, async_copy, convert_layout, dot, elementwise,  # noqa: F401
+                                    global_memory, misc, reduce, shared_memory)
 from tilus_tvm.instructions.registry import InstructionImpl, lookup, register, registered  # noqa: F401

@@ -25,7 +25,8 @@ from tilus_tvm.layout.register import RegisterLayout
 MAX_VECTOR_BYTES = 16
 
 
-def vector_width(layout: RegisterLayout, tensor: GlobalTensor, offsets: Sequence[Any], dims: Sequence[int]) -> int:
+def vector_width(layout: RegisterLayout, tensor: GlobalTensor, offsets: Sequence[Any], dims: Sequence[int],
+                 analyzer: Any = None) -> int:
     """Elements per vector access, or 1.
 
     The innermost local mode must be the innermost mode of the tile's last dimension (so register
@@ -44,7 +45,7 @@ def vector_width(layout: RegisterLayout, tensor: GlobalTensor, offsets: Sequence
     if not _is_one(tensor.strides[global_dim]):
         return 1
     width = math.gcd(layout.mode_shape[inner_mode], max(1, MAX_VECTOR_BYTES * 8 // tensor.dtype.nbits))
-    analyzer = sym.Analyzer()
+    analyzer = analyzer or sym.Analyzer()
     while width > 1:
         multiples = [offsets[global_dim], tensor.shape[global_dim]]
         multiples += [s for d, s in enumerate(tensor.strides) if d != global_dim]
@@ -72,7 +73,7 @@ class _GlobalAccess:
     def __init__(self, ctx: CodegenContext, layout: RegisterLayout, tensor: GlobalTensor, offsets, dims):
         self.ctx, self.layout, self.tensor, self.offsets, self.dims = ctx, layout, tensor, offsets, dims
         aligned = ctx.func.aligned(tensor.pointer)
-        self.width = vector_width(layout, tensor, offsets, dims) if aligned else 1
+        self.width = vector_width(layout, tensor, offsets, dims, ctx.func.analyzer()) if aligned else 1
 
     def coords(self, first_slot) -> list[Any]:
         return place_tile(self.offsets, self.dims, self.ctx.logical(self.layout, first_slot))

@@ -8,7 +8,11 @@ An entry holds everything the compiler knows about one instruction on one family
 - ``required(inst) -> [(operand, layout)]``: the layout each constrained operand must have
   (layout inference converts the ones that differ);
 - ``produced(inst) -> layout | None``: the layout it produces when not free to produce any;
-- ``scratch(inst) -> bytes``: the shared memory it needs while it runs.
+- ``scratch(inst) -> bytes``: the shared memory it needs while it runs;
+- ``shared_accesses(inst, layout) -> [request]``: the shared-memory requests of one warp (each a
+  list of per-lane ``(index, vector length)`` into the instruction's shared tensor, as the bank
+  conflict model takes them) if the tensor had ``layout``; shared-layout inference scores
+  candidate swizzles with them.
 
 Passes and the backend look entries up here (:func:`lookup`); they never name an instruction.
 Adding an instruction for a target, or a second target for an instruction (Hopper after Ampere),
@@ -39,6 +43,7 @@ class InstructionImpl:
     required: Optional[Callable[[Any], list]] = None
     produced: Optional[Callable[[Any], Any]] = None
     scratch: Optional[Callable[[Any], int]] = None
+    shared_accesses: Optional[Callable[[Any, Any], list]] = None
 
     def scratch_bytes(self, inst: Any) -> int:
         return self.scratch(inst) if self.scratch is not None else 0

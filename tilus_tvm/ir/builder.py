@@ -86,6 +86,8 @@ class Builder:
     def free_shared(self, tensor: SharedTensor) -> None:
         if not isinstance(tensor, SharedTensor):
             raise ScriptError(f"free_shared: expected a shared tensor, got {_describe(tensor)}")
+        if tensor.base is not None:
+            raise ScriptError(f"free_shared: {tensor.describe()} is a view; free {tensor.root.describe()}")
         self.emit(ir.FreeShared(tensor))
 
     def global_view(self, tensor: GlobalTensor) -> GlobalTensor:

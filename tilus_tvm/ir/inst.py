@@ -179,6 +179,34 @@ class Assign(Instruction):
 
 
 @dataclass(eq=False)
+class CopyAsync(Instruction):
+    """``cp.async`` of the tile ``src[offsets...]`` (shape ``dst.shape``, along ``dims``) into ``dst``;
+    elements outside ``src`` are written as zeros."""
+
+    dst: SharedTensor
+    src: GlobalTensor
+    offsets: tuple[Any, ...]
+    dims: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class CopyAsyncCommitGroup(Instruction):
+    """``cp.async.commit_group``: the copies issued since the last commit form one group."""
+
+
+@dataclass(eq=False)
+class CopyAsyncWaitGroup(Instruction):
+    """``cp.async.wait_group n``: wait until at most ``n`` committed groups are still in flight."""
+
+    n: int
+
+
+@dataclass(eq=False)
+class CopyAsyncWaitAll(Instruction):
+    """``cp.async.wait_all``: wait for every copy issued by the thread, committed or not."""
+
+
+@dataclass(eq=False)
 class Sync(Instruction):
     """``__syncthreads()``."""
 

@@ -105,6 +105,20 @@ class Function:
     def num_threads(self) -> int:
         return self.warps * 32
 
+    def analyzer(self):
+        """A TVM arithmetic analyzer that knows the kernel's immutable scalars (``offset: int32 = ...``),
+        so divisibility and bounds of expressions over them can be proven."""
+        cached = getattr(self, "_analyzer", None)
+        if cached is None:
+            from tvm import sym
+
+            cached = sym.Analyzer()
+            for stmt in walk(self.body):
+                if isinstance(stmt, BindScalar):
+                    cached.bind(stmt.var, stmt.value)
+            self._analyzer = cached
+        return cached
+
     def __str__(self) -> str:
         from tilus_tvm.ir.printer import print_function  # the printer imports this module
 

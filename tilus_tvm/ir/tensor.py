@@ -63,9 +63,64 @@ class RegisterTensor(TensorOperators, Tensor):
 
 @dataclass(eq=False)
 class SharedTensor(Tensor):
-    """A tile in the block's shared memory, addressed through a :class:`SharedLayout`."""
+    """A tile in the block's shared memory, addressed through a :class:`SharedLayout`.
+
+    ``layout`` is None until shared-layout inference picks one (unless the author gave it).
+    ``smem[i]`` (``i`` an int or a run-time integer scalar) is a view of the sub-tensor at index ``i``
+    of the leading dimension, such as one stage of a multi-stage pipeline buffer: ``base`` is the
+    viewed tensor, ``index`` the position.
+    """
 
     layout: Any = None  # tilus_tvm.layout.shared.SharedLayout
+    base: Optional["SharedTensor"] = None
+    index: Any = None
+
+    @property
+    def root(self) -> "SharedTensor":
+        """The allocated tensor this one views (itself when it is not a view)."""
+        return self if self.base is None else self.base.root
+
+    def resolved_layout(self):
+        """The shared layout, a view's derived from its base's (None before inference)."""
+        if self.base is None:
+            return self.layout
+        base_layout = self.base.resolved_layout()
+        if base_layout is None:
+            return None
+        from tilus_tvm.layout.shared import SharedLayout
+
+        return SharedLayout(base_layout.shape[1:], base_layout.strides[1:], base_layout.swizzle)
+
+    def element_offset(self) -> Any:
+        """Elements from the root tensor's first element to this view's (0 for a root)."""
+        if self.base is None:
+            return 0
+        base_layout = self.base.resolved_layout()
+        stride = base_layout.strides[0]
+        swizzle = base_layout.swizzle
+        if swizzle is not None and stride % (1 << (swizzle.bits + swizzle.base + max(0, swizzle.shift))):
+            from tilus_tvm.errors import CompileError
+
+            raise CompileError(f"{self.describe()}: the sub-tensors of {self.base.describe()} start every {stride} "
+                               f"elements, which the swizzle {swizzle} of its layout would permute across; give the "
+                               f"leading dimension a stride that is a multiple of "
+                               f"{1 << (swizzle.bits + swizzle.base + max(0, swizzle.shift))}")
+        offset = self.index * stride if not (isinstance(self.index, int) and self.index == 0) else 0
+        return self.base.element_offset() + offset if self.base.base is not None else offset
+
+    def __getitem__(self, index: Any) -> "SharedTensor":
+        if isinstance(index, tuple):
+            if len(index) != 1:
+                raise ScriptError(f"{self.describe()}[...]: index one leading dimension at a time, got {index!r}")
+            index = index[0]
+        if len(self.shape) < 2:
+            raise ScriptError(f"{self.describe()}[{index!r}]: only tensors of 2 or more dimensions have sub-tensors")
+        if isinstance(index, bool) or not (isinstance(index, int) or is_scalar(index)) or isinstance(index, float):
+            raise ScriptError(f"{self.describe()}[{index!r}]: the index must be an int or an integer scalar")
+        if isinstance(index, int) and not 0 <= index < self.shape[0]:
+            raise ScriptError(f"{self.describe()}[{index}]: index out of range for dimension 0 of size "
+                              f"{self.shape[0]}")
+        return SharedTensor(self.dtype, self.shape[1:], name=f"{self.name}[{index}]", base=self, index=index)
 
     def __repr__(self) -> str:
         return f"SharedTensor({self.name}: {self.dtype.name}{list(self.shape)})"

@@ -159,6 +159,8 @@ class Verifier:
             state.freed[inst.tensor] = inst
 
     def check_defined(self, inst: ir.Instruction, tensor: Tensor, state: _State) -> None:
+        if isinstance(tensor, SharedTensor):
+            tensor = tensor.root  # a view (smem[stage]) is defined and freed with the tensor it views
         scope = _scope_name(tensor)
         if tensor not in state.visible:
             if tensor in self.ever_defined:

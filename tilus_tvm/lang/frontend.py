@@ -399,7 +399,9 @@ class Transpiler:
             else:
                 kwargs[kw.arg] = self.eval(kw.value)
         if func is builtins.range:
-            raise ScriptError("range(...) can only be used as the iterable of a for loop")
+            if all(isinstance(a, int) for a in args) and not kwargs:
+                return range(*args)  # a compile-time range (list(range(4)), for unrolling while translating)
+            raise ScriptError("range(...) over run-time values can only be used as the iterable of a for loop")
         if func in (int, float, bool) and args and _is_expr(args[0]):
             return tirx.Cast({int: "int32", float: "float32", bool: "bool"}[func], args[0])
         if not callable(func):

@@ -79,6 +79,18 @@ class LoopRange:
     unroll: bool
 
 
+class ScriptUtils:
+    """``self.utils``: scalar arithmetic helpers on ints and run-time scalar expressions."""
+
+    @staticmethod
+    def ceil_div(a: Any, b: Any) -> Any:
+        """``(a + b - 1) // b``: how many tiles of ``b`` cover ``a``."""
+        return (a + b - 1) // b
+
+
+_UTILS = ScriptUtils()
+
+
 class _ScriptState:
     def __init__(self):
         self.attrs = Attributes()
@@ -116,6 +128,11 @@ class Script(MemoryInstructions, ComputeInstructions):
         if self._tilus.block_idx is None:
             raise ScriptError("self.blockIdx is only available inside the kernel while it is compiled")
         return self._tilus.block_idx
+
+    @property
+    def utils(self) -> "ScriptUtils":
+        """Scalar helpers usable in a kernel: ``self.utils.ceil_div(a, b)``."""
+        return _UTILS
 
     def range(self, start: Any, stop: Any = None, step: Any = 1, *, unroll: bool = False) -> LoopRange:
         """``for i in self.range(n, unroll=True)``: like ``range`` with an unrolling hint."""

@@ -2,9 +2,11 @@
 
 The kernel has a single dynamic shared-memory pool (TVM's ``tirx`` pipeline allows one), carved
 into typed views. Shared tensors live from ``shared_tensor`` to ``free_shared`` (or to the end of
-the kernel); scratch areas (what an instruction's registry entry asks for: layout conversions through
-shared memory, reductions across warps) live for one instruction. Offsets are chosen first-fit in program order, aligned to 128 bytes so
-any vector access and ``ldmatrix``/``cp.async`` row is aligned.
+the kernel); scratch areas (what an instruction's registry entry asks for: layout conversions
+through shared memory, reductions across warps) live for one instruction. A tensor freed while
+``cp.async`` copies into it may be in flight (no ``copy_async_wait_all``/``wait_group(0)`` since
+the last copy) keeps its memory until such a wait. Offsets are chosen first-fit in program order,
+aligned to 128 bytes so any vector access and ``ldmatrix``/``cp.async`` row is aligned.
 """
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ class _Arena:
 def plan_shared_memory(func: Function, limit: Optional[int] = None) -> SharedMemoryPlan:
     plan = SharedMemoryPlan()
     arena = _Arena()
+    in_flight: set[int] = set()  # tensors (roots) that cp.async copies may still be writing
+    deferred: list = []  # tensors freed while copies into them were in flight
     for inst in instructions(func.body):
         if isinstance(inst, ir.AllocateShared):
             t = inst.output
@@ -58,7 +62,17 @@ def plan_shared_memory(func: Function, limit: Optional[int] = None) -> SharedMem
         elif isinstance(inst, ir.FreeShared):
             if id(inst.tensor) not in plan.offsets:
                 raise CompileError(f"free_shared of {inst.tensor.describe()}, which was not allocated before")
-            arena.free(plan.offsets[id(inst.tensor)])
+            if id(inst.tensor) in in_flight:
+                deferred.append(inst.tensor)  # its memory is reused only after the copies have landed
+            else:
+                arena.free(plan.offsets[id(inst.tensor)])
+        elif isinstance(inst, ir.CopyAsync):
+            in_flight.add(id(inst.dst.root))
+        elif isinstance(inst, ir.CopyAsyncWaitAll) or (isinstance(inst, ir.CopyAsyncWaitGroup) and inst.n == 0):
+            in_flight.clear()
+            for tensor in deferred:
+                arena.free(plan.offsets[id(tensor)])
+            deferred.clear()
         else:
             need = lookup(type(inst), func.arch).scratch_bytes(inst)
             if need:

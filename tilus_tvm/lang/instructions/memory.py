@@ -6,6 +6,7 @@ from typing import Any, Optional, Sequence
 from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
+from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.builder import Builder
 from tilus_tvm.ir.values import is_scalar
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
@@ -135,22 +136,95 @@ class MemoryInstructions(InstructionBase):
         return builder.allocate_register(dtype, shape, layout, init)
 
     def shared_tensor(self, dtype: DataType, shape: Sequence[int], layout: Any = None) -> SharedTensor:
-        """Allocate a tensor in the block's shared memory (row-major unless ``layout``, a
-        :class:`~tilus_tvm.layout.shared.SharedLayout`, says otherwise). Free it with
-        :meth:`free_shared` once no thread uses it, so the memory can be reused."""
-        from tilus_tvm.layout.shared import SharedLayout, shared_row_major
+        """Allocate a tensor in the block's shared memory. Free it with :meth:`free_shared` once no
+        thread uses it, so the memory can be reused.
+
+        Without ``layout`` (a :class:`~tilus_tvm.layout.shared.SharedLayout`) the compiler picks one
+        from the tensor's uses: row-major with the swizzle under which its ``copy_async`` stores and
+        ``load_shared``/``ldmatrix`` loads have the fewest bank conflicts. :meth:`annotate_layout`
+        pins one. A tensor with a leading stage dimension (``[stages, m, k]``) is indexed
+        ``smem[stage]`` to get one stage (``stage`` may be a run-time scalar).
+
+        >>> sa = self.shared_tensor(dtype=float16, shape=[3, 128, 32])   # doctest: +SKIP
+        """
+        from tilus_tvm.layout.shared import SharedLayout
 
         builder = self._builder("shared_tensor")
         dtype = dtypes.as_dtype(dtype)
         shape = check_shape("shared_tensor", shape)
         if layout is None:
-            layout = shared_row_major(*shape)
+            pass  # chosen by shared-layout inference from the tensor's uses (a bank-conflict-free swizzle)
         elif not isinstance(layout, SharedLayout):
             raise ScriptError(f"shared_tensor: layout must be a SharedLayout, got {layout!r}")
         elif tuple(layout.shape) != shape:
             raise ScriptError(f"shared_tensor: layout {layout} has shape {list(layout.shape)}, the tensor "
                               f"has shape {list(shape)}")
         return builder.allocate_shared(dtype, shape, layout)
+
+    def annotate_layout(self, tensor: Any, layout: Any) -> None:
+        """Pin the layout of a tensor the compiler would otherwise choose: a
+        :class:`~tilus_tvm.layout.shared.SharedLayout` for a shared tensor, a
+        :class:`~tilus_tvm.layout.register.RegisterLayout` for a register tensor. Rejects a tensor
+        whose layout is already fixed, a layout of another shape, a view (``smem[i]``)."""
+        from tilus_tvm.layout.shared import SharedLayout
+
+        builder = self._builder("annotate_layout")
+        if isinstance(tensor, SharedTensor):
+            if tensor.base is not None:
+                raise ScriptError(f"annotate_layout: {tensor.describe()} is a view; annotate {tensor.root.describe()}")
+            if not isinstance(layout, SharedLayout):
+                raise ScriptError(f"annotate_layout: a shared tensor takes a SharedLayout, got {layout!r}")
+        elif isinstance(tensor, RegisterTensor):
+            layout = check_layout("annotate_layout", layout, tensor.shape, builder.num_threads)
+        else:
+            raise ScriptError(f"annotate_layout: expected a shared or register tensor, got {tensor!r}")
+        if tuple(layout.shape) != tuple(tensor.shape):
+            raise ScriptError(f"annotate_layout: layout {layout} has shape {list(layout.shape)}, "
+                              f"{tensor.describe()} has shape {list(tensor.shape)}")
+        if tensor.layout is not None and tensor.layout != layout:
+            raise ScriptError(f"annotate_layout: {tensor.describe()} already has layout {tensor.layout}")
+        tensor.layout = layout
+
+    def copy_async(self, src: GlobalTensor, dst: SharedTensor, offsets: Sequence[Any],
+                   dims: Optional[Sequence[int]] = None) -> None:
+        """Copy the tile ``src[offsets...]`` of ``dst``'s shape into the shared tensor ``dst`` with
+        ``cp.async`` (the threads go on while the copy runs).
+
+        ``offsets`` has one entry per dimension of ``src``; ``dims`` names the dimensions of ``src``
+        the tile runs along (default: the last ``len(dst.shape)``). Elements outside ``src`` are
+        written as zeros. Each thread copies 16-byte vectors where the alignment of ``src`` allows
+        (8 or 4 bytes otherwise; element by element, synchronously, when not even 4 bytes are
+        aligned). Make the data visible with :meth:`copy_async_commit_group` and
+        :meth:`copy_async_wait_group` (or :meth:`copy_async_wait_all`), then :meth:`sync`.
+
+        >>> self.copy_async(src=ga, dst=sa[stage], offsets=[offset_m, k * 32])   # doctest: +SKIP
+        """
+        builder = self._builder("copy_async")
+        if not isinstance(src, GlobalTensor):
+            raise ScriptError(f"copy_async: src must be a global tensor (self.global_view), got {src!r}")
+        if not isinstance(dst, SharedTensor):
+            raise ScriptError(f"copy_async: dst must be a shared tensor, got {dst!r}")
+        if src.dtype != dst.dtype:
+            raise ScriptError(f"copy_async: src {src.describe()} and dst {dst.describe()} differ in dtype; "
+                              f"cp.async copies bytes, it does not convert")
+        offsets = check_offsets("copy_async", offsets, len(src.shape), src.describe())
+        dims = check_dims("copy_async", dims, len(dst.shape), len(src.shape))
+        builder.emit(ir.CopyAsync(dst, src, offsets, dims))
+
+    def copy_async_commit_group(self) -> None:
+        """``cp.async.commit_group``: the copies this thread issued since the last commit form a group."""
+        self._builder("copy_async_commit_group").emit(ir.CopyAsyncCommitGroup())
+
+    def copy_async_wait_group(self, n: int) -> None:
+        """``cp.async.wait_group n``: wait until at most ``n`` of this thread's committed groups are still
+        in flight (``n`` a compile-time int). Follow it with :meth:`sync` before other threads read."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ScriptError(f"copy_async_wait_group: n must be a non-negative compile-time int, got {n!r}")
+        self._builder("copy_async_wait_group").emit(ir.CopyAsyncWaitGroup(n))
+
+    def copy_async_wait_all(self) -> None:
+        """``cp.async.wait_all``: wait for every copy this thread issued (committed or not)."""
+        self._builder("copy_async_wait_all").emit(ir.CopyAsyncWaitAll())
 
     def free_shared(self, tensor: SharedTensor) -> None:
         """Release a shared tensor's memory (later shared tensors may reuse it)."""

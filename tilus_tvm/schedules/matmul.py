@@ -1,0 +1,112 @@
+"""``Matmul``: a pipelined tensor-core matmul, ``c = a @ b`` in float16 or bfloat16.
+
+Each block computes a ``block_m x block_n`` tile of ``c``. Its ``stages``-deep pipeline keeps
+``stages - 1`` pairs of ``a`` and ``b`` tiles in flight: ``copy_async`` (``cp.async``, 16 bytes a
+thread, zero-filled at the matrix edges) brings them into swizzled shared memory, ``load_shared``
+reads them with ``ldmatrix`` straight into ``mma.sync`` fragments, and ``dot`` accumulates in
+float32 registers. The result is cast and stored, masked at the edges, so any M, N, K is correct.
+
+    kernel = Matmul(block_m=128, block_n=128, block_k=32, warps=8, stages=4)
+    kernel(m, n, k, a, b, c)          # a [m, k], b [k, n] (or [n, k] with b_layout="col"), c [m, n]
+    c = matmul(a, b)                   # picks a configuration for the shape
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import tilus_tvm as tilus
+from tilus_tvm import bfloat16, float16, float32, int32
+from tilus_tvm.errors import LaunchError, ScriptError
+
+
+class Matmul(tilus.Script):
+    """``c[m, n] = a[m, k] @ b[k, n]`` with float32 accumulation (see the module docstring).
+
+    ``block_m``/``block_n``/``block_k``: the block's tile; ``warps``: warps per block (the C tile is
+    split among them); ``stages``: shared-memory pipeline depth (>= 2); ``b_layout``: ``"row"`` for
+    ``b`` stored [k, n], ``"col"`` for ``b`` stored [n, k] (``b = w.t()`` of a row-major ``w``).
+    """
+
+    def __init__(self, block_m: int = 128, block_n: int = 128, block_k: int = 32, warps: int = 8,
+                 stages: int = 4, b_layout: str = "row"):
+        super().__init__()
+        if stages < 2:
+            raise ScriptError(f"Matmul: stages must be at least 2, got {stages}")
+        if b_layout not in ("row", "col"):
+            raise ScriptError(f"Matmul: b_layout must be 'row' or 'col', got {b_layout!r}")
+        for name, value, multiple in (("block_m", block_m, 16), ("block_n", block_n, 16), ("block_k", block_k, 16)):
+            if value % multiple:
+                raise ScriptError(f"Matmul: {name}={value} must be a multiple of {multiple} (the mma.sync tile)")
+        self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
+        self.warps, self.stages, self.b_layout = warps, stages, b_layout
+
+    def __call__(self, m_size: int32, n_size: int, k_size: int, a_ptr: ~float16, b_ptr: ~float16,
+                 c_ptr: ~float16):
+        bm, bn, bk, stages = self.block_m, self.block_n, self.block_k, self.stages
+        self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(n_size, bn)]
+        self.attrs.warps = self.warps
+        offset_m: int32 = bm * self.blockIdx.x
+        offset_n: int32 = bn * self.blockIdx.y
+        ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=float16, shape=[k_size, n_size])
+        gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+        sa = self.shared_tensor(dtype=float16, shape=[stages, bm, bk])
+        sb = self.shared_tensor(dtype=float16, shape=[stages, bk, bn])
+        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+        num_k = (k_size + bk - 1) // bk
+        steps = bk // 16  # mma k-steps per tile
+        for s in range(stages - 1):  # prologue: the first stages - 1 tiles in flight
+            self.copy_async(src=ga, dst=sa[s], offsets=[offset_m, s * bk])
+            self.copy_async(src=gb, dst=sb[s], offsets=[s * bk, offset_n])
+            self.copy_async_commit_group()
+        self.copy_async_wait_group(stages - 2)
+        self.sync()
+        # Fragments of the next k-step are loaded (ldmatrix) before the current one is multiplied,
+        # so their latency hides behind the mma of this step.
+        a = self.load_shared(sa[0], offsets=[0, 0], shape=[bm, 16])
+        b = self.load_shared(sb[0], offsets=[0, 0], shape=[16, bn])
+        for k in range(num_k):
+            stage = k % stages
+            for step in list(range(steps)):  # unrolled while translating: step is an int
+                if step == 0:  # refill the stage every thread finished reading in the last iteration
+                    ahead = k + stages - 1
+                    self.copy_async(src=ga, dst=sa[ahead % stages], offsets=[offset_m, ahead * bk])
+                    self.copy_async(src=gb, dst=sb[ahead % stages], offsets=[ahead * bk, offset_n])
+                    self.copy_async_commit_group()
+                if step == steps - 1:  # the next tile must have landed before its first fragments load
+                    self.copy_async_wait_group(stages - 2)
+                    self.sync()
+                    next_stage = (k + 1) % stages
+                    a_next = self.load_shared(sa[next_stage], offsets=[0, 0], shape=[bm, 16])
+                    b_next = self.load_shared(sb[next_stage], offsets=[0, 0], shape=[16, bn])
+                else:
+                    a_next = self.load_shared(sa[stage], offsets=[0, (step + 1) * 16], shape=[bm, 16])
+                    b_next = self.load_shared(sb[stage], offsets=[(step + 1) * 16, 0], shape=[16, bn])
+                self.dot(a, b, acc, out=acc)
+                a = a_next
+                b = b_next
+        self.store_global(gc, acc.to(float16), offsets=[offset_m, offset_n])
+
+
+def matmul(a: Any, b: Any, out: Optional[Any] = None) -> Any:
+    """``a @ b`` for float16 CUDA tensors ``a`` [m, k] and ``b`` [k, n] (row-major), into ``out``."""
+    import torch
+
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise LaunchError(f"matmul: a {list(a.shape)} and b {list(b.shape)} must be [m, k] and [k, n]")
+    m, k = a.shape
+    n = b.shape[1]
+    if out is None:
+        out = torch.empty(m, n, dtype=a.dtype, device=a.device)
+    _kernel_for(m, n, k)(m, n, k, a.contiguous(), b.contiguous(), out)
+    return out
+
+
+_KERNELS: dict = {}
+
+
+def _kernel_for(m: int, n: int, k: int) -> Matmul:
+    config = (128, 128, 32, 8, 4) if m > 64 else (64, 128, 64, 4, 4)
+    if config not in _KERNELS:
+        _KERNELS[config] = Matmul(*config)
+    return _KERNELS[config]

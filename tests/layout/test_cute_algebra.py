@@ -165,7 +165,9 @@ def test_filter_example():
 
 
 # ---- complement ----------------------------------------------------------------------------------
-def check_complement(layout, cotarget, result):
+def check_complement(layout, cotarget, result, covers=True):
+    """``result`` is a complement of ``layout``; with ``covers`` (strides that are multiples of the
+    spans below them), ``make_layout(layout, result)`` also covers ``[0, size)`` without holes."""
     image = set(values(layout))
     comp = values(result)
     assert comp == sorted(comp) and len(set(comp)) == len(comp), result             # ordered
@@ -175,9 +177,10 @@ def check_complement(layout, cotarget, result):
     whole = cute.make_layout(cute.filter(layout), result)
     whole_values = values(whole)
     assert len(set(whole_values)) == whole.size                                      # injective
-    assert set(whole_values) == set(range(whole.size))                               # no gaps
-    if it.is_int(cotarget):
-        assert whole.size >= cotarget                                                # reaches the cotarget
+    if covers:
+        assert set(whole_values) == set(range(whole.size))                           # no gaps
+        if it.is_int(cotarget):
+            assert whole.size >= cotarget                                            # reaches the cotarget
 
 
 @settings(max_examples=300, deadline=None)
@@ -199,12 +202,34 @@ def test_complement_exhaustive_small():
         nonzero = cute.filter(layout)
         injective = len(set(values(nonzero))) == nonzero.size
         try:
-            result = cute.complement(layout, 48)
+            result = cute.complement(layout, 48, strict=True)
         except LayoutError as error:
             assert str(error).startswith("complement(")
             continue
         assert injective, layout
         check_complement(layout, 48, result)
+
+
+def test_complement_exhaustive_small_cute_semantics():
+    # by default only a layout with a stride inside the span of the smaller modes is refused (C++'s
+    # "non-injective" static_assert; it covers every non-injective layout); the others get CuTe's
+    # complement, which leaves holes where a stride is not a multiple of the span below it
+    for layout in flat_layouts([1, 2, 3, 4], [0, 1, 2, 3, 4, 6, 8, 12], max_rank=2):
+        nonzero = cute.filter(layout)
+        injective = len(set(values(nonzero))) == nonzero.size
+        try:
+            result = cute.complement(layout, 48)
+        except LayoutError as error:
+            assert str(error).startswith("complement(") and "not injective" in str(error)
+            with pytest.raises(LayoutError, match="not injective"):
+                cute.complement(layout, 48, strict=True)
+            continue
+        assert injective, layout
+        check_complement(layout, 48, result, covers=False)
+        try:
+            assert result == cute.complement(layout, 48, strict=True)
+        except LayoutError:
+            assert injective, layout
 
 
 def test_complement_defaults_and_broadcasts():
@@ -220,42 +245,102 @@ def test_complement_of_a_non_injective_layout_raises():
     with pytest.raises(LayoutError, match=r"complement\(\(2,2\):\(2,3\), 16\): .*not injective"):
         cute.complement(L((2, 2), (2, 3)), 16)
     with pytest.raises(LayoutError, match=r"complement\(\(2,2\):\(1,3\), 12\): stride 3 .* not a multiple of 2"):
-        cute.complement(L((2, 2), (1, 3)), 12)
+        cute.complement(L((2, 2), (1, 3)), 12, strict=True)
     with pytest.raises(LayoutError, match="negative"):
         cute.complement(L(4, -1), 8)
+    # the non-injective ones and negative strides are refused in both modes
+    for strict in (False, True):
+        with pytest.raises(LayoutError, match="not injective"):
+            cute.complement(L((2, 2), (1, 1)), 8, strict=strict)
+        with pytest.raises(LayoutError, match="negative"):
+            cute.complement(L(4, -1), 8, strict=strict)
+
+
+def test_complement_rounds_a_gap_down_as_cute_does():
+    # the gap between the modes 2:1 and 2:3 is 3 // 2 = 1 element: none, values 2, 5, 8, ... stay holes
+    assert str(cute.complement(L((2, 2), (1, 3)), 12)) == "2:6"
+    assert str(cute.complement(L((4, 6), (1, 6)))) == "1:0"
+    assert str(cute.complement(L((4, 6), (1, 6)), 72)) == "2:36"
+    assert str(cute.complement(L((2, 3), (1, 5)), 60)) == "(2,4):(2,15)"
+    check_complement(L((2, 3), (1, 5)), 60, cute.complement(L((2, 3), (1, 5)), 60), covers=False)
 
 
 # ---- composition ---------------------------------------------------------------------------------
 def check_composition(lhs, rhs, result):
+    """``result(c) == lhs(rhs(c))``, ``lhs`` extended past its size."""
     assert compatible(rhs.shape, result.shape), (lhs, rhs, result)
     for i in range(rhs.size):
         assert result(i) == extended(lhs, rhs(i)), (lhs, rhs, result, i)
 
 
+def check_composition_by_mode(lhs, rhs, result):
+    """CuTe's definition: ``result(c)`` is the sum over the leaves ``s_j:d_j`` of ``rhs`` of
+    ``lhs(d_j * c_j)``, ``c_j`` the leaf's coordinate (``lhs o rhs`` when nothing carries)."""
+    assert compatible(rhs.shape, result.shape), (lhs, rhs, result)
+    strides = it.flatten(rhs.stride)
+    for i in range(rhs.size):
+        leaves = it.flatten(it.idx2crd(i, rhs.shape))
+        assert result(i) == sum(extended(lhs, d * c) for d, c in zip(strides, leaves)), (lhs, rhs, result, i)
+
+
+COMPOSITION_LHS = flat_layouts([2, 3, 4], [1, 2, 4, 6], max_rank=2)
+COMPOSITION_RHS = flat_layouts([1, 2, 3, 4], [0, 1, 2, 3], max_rank=2)
+
+
 def test_composition_definition_exhaustive():
-    lhs_set = flat_layouts([2, 3, 4], [1, 2, 4, 6], max_rank=2)
-    rhs_set = flat_layouts([1, 2, 3, 4], [0, 1, 2, 3], max_rank=2)
     admitted = 0
-    for lhs in lhs_set:
-        for rhs in rhs_set:
+    for lhs in COMPOSITION_LHS:
+        for rhs in COMPOSITION_RHS:
             try:
-                result = cute.composition(lhs, rhs)
+                result = cute.composition(lhs, rhs, strict=True)
             except LayoutError as error:
                 assert str(error).startswith("composition(")
                 continue
             admitted += 1
             check_composition(lhs, rhs, result)
-    assert admitted > 0.5 * len(lhs_set) * len(rhs_set)
+    assert admitted > 0.5 * len(COMPOSITION_LHS) * len(COMPOSITION_RHS)
+
+
+def test_composition_by_mode_exhaustive():
+    # CuTe's composition admits more (the rhs modes may carry into the next lhs mode) and agrees
+    # with the strict one wherever that succeeds
+    admitted = strict_admitted = 0
+    for lhs in COMPOSITION_LHS:
+        for rhs in COMPOSITION_RHS:
+            try:
+                result = cute.composition(lhs, rhs)
+            except LayoutError as error:
+                assert str(error).startswith("composition(") and "does not divide" in str(error)
+                continue
+            admitted += 1
+            check_composition_by_mode(lhs, rhs, result)
+            try:
+                assert cute.composition(lhs, rhs, strict=True) == result
+                strict_admitted += 1
+            except LayoutError as error:
+                assert "overlap" in str(error)
+    assert admitted > strict_admitted > 0.5 * len(COMPOSITION_LHS) * len(COMPOSITION_RHS)
 
 
 @settings(max_examples=300, deadline=None)
 @given(layouts(max_rank=3, max_stride=8), layouts(max_rank=3, max_stride=6))
 def test_composition_definition(lhs, rhs):
     try:
-        result = cute.composition(lhs, rhs)
+        result = cute.composition(lhs, rhs, strict=True)
     except LayoutError:
         return
     check_composition(lhs, rhs, result)
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts(max_rank=3, max_stride=8), layouts(max_rank=3, max_stride=6))
+def test_composition_by_mode(lhs, rhs):
+    try:
+        result = cute.composition(lhs, rhs)
+    except LayoutError as error:
+        assert "does not divide" in str(error)
+        return
+    check_composition_by_mode(lhs, rhs, result)
 
 
 @settings(max_examples=200, deadline=None)
@@ -275,12 +360,40 @@ def test_composition_refuses_overlapping_rhs_modes():
     # (2,2):(1,1) is not injective: its modes add up past mode 0 of the left layout
     message = r"composition\(\(2,2\):\(1,1\), \(2,2\):\(1,1\)\): the modes of the right layout overlap in mode 0"
     with pytest.raises(LayoutError, match=message):
-        cute.composition(L((2, 2), (1, 1)), L((2, 2), (1, 1)))
+        cute.composition(L((2, 2), (1, 1)), L((2, 2), (1, 1)), strict=True)
     # ... but overlapping modes whose sums stay inside a left mode are fine
     lhs, rhs = L((6, 2), (1, 100)), L((2, 2), (3, 2))
-    check_composition(lhs, rhs, cute.composition(lhs, rhs))
+    check_composition(lhs, rhs, cute.composition(lhs, rhs, strict=True))
     # and a single-mode left layout is linear: anything goes
-    assert cute.composition(L(8, 3), L((2, 2), (1, 1))) == L((2, 2), (3, 3))
+    assert cute.composition(L(8, 3), L((2, 2), (1, 1)), strict=True) == L((2, 2), (3, 3))
+
+
+def test_composition_with_carrying_rhs_modes_goes_mode_by_mode():
+    # CuTe's result: each rhs mode composed on its own, (2:1 o 2:1, 2:1 o 2:1); at (1, 1) it is
+    # lhs(1) + lhs(1) = 2, where lhs(rhs(1, 1)) = lhs(2) = 1
+    lhs, rhs = L((2, 2), (1, 1)), L((2, 2), (1, 1))
+    result = cute.composition(lhs, rhs)
+    assert str(result) == "(2,2):(1,1)"
+    assert result(1, 1) == 2 and lhs(rhs(1, 1)) == 1
+    check_composition_by_mode(lhs, rhs, result)
+    # a carry out of a size-6 mode into a stride-10 mode: rhs(1, 3) = 6 is lhs's (0, 1)
+    lhs, rhs = L((6, 3), (1, 10)), L((2, 4), (3, 1))
+    assert str(cute.composition(lhs, rhs)) == "(2,4):(3,1)"
+    assert cute.composition(lhs, rhs)(1, 3) == 6 and lhs(rhs(1, 3)) == 10
+    with pytest.raises(LayoutError, match="overlap in mode 0"):
+        cute.composition(lhs, rhs, strict=True)
+
+
+def test_composition_past_the_size_of_lhs():
+    # the last mode of lhs extends: 4:1 o 4:2 takes lhs(0), lhs(2), lhs(4), lhs(6)
+    assert str(cute.composition(L(4, 1), L(4, 2))) == "4:2"
+    assert str(cute.composition(L(1, 0), 4)) == "4:0"
+    assert str(cute.composition(L(1, 5), 4)) == "4:5"
+    assert str(cute.composition(L((4, 1), (1, 7)), 8)) == "(4,2):(1,7)"
+    assert [L((4, 1), (1, 7))(i) for i in range(8)] == [0, 1, 2, 3, 7, 8, 9, 10]
+    for lhs, rhs in [(L(4, 1), L(4, 2)), (L(1, 5), L(4)), (L((4, 1), (1, 7)), L(8)), (L((2, 3), (3, 1)), L(3, 4))]:
+        check_composition(lhs, rhs, cute.composition(lhs, rhs))
+        check_composition(lhs, rhs, cute.composition(lhs, rhs, strict=True))
 
 
 def test_composition_examples():
@@ -370,11 +483,21 @@ def test_left_inverse(layout):
 def test_left_inverse_exhaustive():
     for layout in flat_layouts([1, 2, 3, 4], [1, 2, 3, 4, 6, 8], max_rank=2):
         try:
-            inverse = cute.left_inverse(layout)
+            inverse = cute.left_inverse(layout, strict=True)
         except LayoutError as error:
             assert str(error).startswith("left_inverse(")
             continue
         assert all(inverse(layout(i)) == i for i in range(layout.size)), (layout, inverse)
+        assert cute.left_inverse(layout) == inverse
+
+
+def test_left_inverse_where_the_complement_leaves_holes():
+    # CuTe's left inverse of (4,6):(1,6) inverts the first mode only: the complement is 1:0
+    layout = L((4, 6), (1, 6))
+    assert str(cute.left_inverse(layout)) == "4:1"
+    assert all(cute.left_inverse(layout)(layout(i)) == i for i in range(4))
+    with pytest.raises(LayoutError, match=r"left_inverse\(\(4,6\):\(1,6\)\): .*not a multiple of 4"):
+        cute.left_inverse(layout, strict=True)
 
 
 def test_left_inverse_of_a_non_injective_layout_raises():

@@ -59,7 +59,11 @@ def test_identity_layout():
     assert identity(1, 4) == (1, (1, 1))
     assert cute.make_identity_layout(8)(5) == (5,)
     with pytest.raises(LayoutError, match="out of range"):
-        identity(12)
+        identity(12, strict=True)
+    # past its size, the last mode takes the overflow (CuTe's idx2crd)
+    assert identity(12) == (0, (0, 2)) and identity(1, 7) == (1, (1, 2))
+    with pytest.raises(LayoutError, match="negative"):
+        identity(-1)
 
 
 # ---- swizzles and layouts as the inner map -------------------------------------------------------

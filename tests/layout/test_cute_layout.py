@@ -170,12 +170,27 @@ def test_bad_shapes(bad):
 @pytest.mark.parametrize("coord", [8, -1, (2, 0), (0, 4), (0, (2, 0)), (0, (0, 0), 0), (0, 1, 2), "a", 1.5])
 def test_coordinates_out_of_range_or_malformed(coord):
     with pytest.raises(LayoutError, match=r"\(2,\(2,2\)\):\(4,\(1,2\)\).*coordinate"):
-        LAYOUT_2X4(coord)
+        LAYOUT_2X4(coord, strict=True)
 
 
 def test_out_of_range_message_names_shape():
     with pytest.raises(LayoutError, match=r"coordinate \(2, 0\) is out of range for shape 2 \(2 is not in \[0, 2\)\)"):
-        LAYOUT_2X4(2, 0)
+        LAYOUT_2X4(2, 0, strict=True)
+
+
+@pytest.mark.parametrize("coord, value", [(8, 4), (9, 8), (13, 10), ((2, 0), 8), ((0, 4), 4), ((0, (2, 0)), 2),
+                                          ((1, (1, 3)), 11), (100, 50)])
+def test_coordinates_past_the_size_extend_the_last_mode(coord, value):
+    # as in CuTe (and pycute): an index past a mode's size goes to that mode's last sub-mode
+    assert LAYOUT_2X4(coord) == value == it.crd2idx(coord, LAYOUT_2X4.shape, LAYOUT_2X4.stride)
+
+
+@pytest.mark.parametrize("coord", [-1, (0, -1), (0, (0, 0), 0), (0, 1, 2), "a", 1.5])
+def test_negative_or_malformed_coordinates_are_refused_by_default(coord):
+    with pytest.raises(LayoutError, match=r"\(2,\(2,2\)\):\(4,\(1,2\)\).*coordinate"):
+        LAYOUT_2X4(coord)
+    with pytest.raises(LayoutError, match=r"coordinate \(0, -1\) is out of range for shape \(2,2\) \(-1 is negative\)"):
+        LAYOUT_2X4(0, -1)
 
 
 def test_mode_index_errors():

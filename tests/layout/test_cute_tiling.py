@@ -126,14 +126,29 @@ def test_product_by_mode_with_a_tuple_tiler():
 def test_logical_divide_definition(layout, tile_size, stride):
     tiler = L(tile_size, stride)
     try:
-        result = cute.logical_divide(layout, tiler)
+        result = cute.logical_divide(layout, tiler, strict=True)
     except LayoutError as error:
         assert str(error).startswith("logical_divide(")
         return
     whole = cute.make_layout(tiler, cute.complement(tiler, layout.shape))
     assert result.rank == 2 and result[0].size == tile_size and result.size == whole.size
     for t, r in itertools.product(range(result[0].size), range(result[1].size)):
-        assert result(t, r) == it.crd2idx(whole(t, r), layout.shape, layout.stride)  # past size: CuTe pads
+        assert result(t, r) == layout(whole(t, r))  # past its size the layout extends, as in CuTe
+    assert cute.logical_divide(layout, tiler) == result
+
+
+@settings(max_examples=200, deadline=None)
+@given(compact_layouts(max_rank=2, spaced=True), compact_layouts(max_rank=2, spaced=True))
+def test_logical_divide_is_composition_with_the_completed_tiler(layout, tiler):
+    # CuTe's definition, whatever the tiler: layout o (tiler, complement(tiler, shape(layout)))
+    try:
+        result = cute.logical_divide(layout, tiler)
+    except LayoutError as error:
+        assert str(error).startswith("logical_divide(")
+        return
+    rest = cute.complement(tiler, layout.shape)
+    assert result == cute.composition(layout, cute.make_layout(tiler, rest))
+    assert result[0] == cute.composition(layout, tiler)
 
 
 @settings(max_examples=200, deadline=None)
@@ -177,14 +192,43 @@ def test_logical_divide_example():
 
 
 def test_divide_not_admissible_raises():
+    # CuTe refuses these too (static_assert in C++): in both modes
     with pytest.raises(LayoutError, match=r"logical_divide\(\(6,2\):\(1,10\), 4:1\): composition.*does not divide"):
         cute.logical_divide(L((6, 2), (1, 10)), L(4, 1))
+    with pytest.raises(LayoutError, match=r"logical_divide\(\(6,2\):\(1,10\), 4:1\): composition.*does not divide"):
+        cute.logical_divide(L((6, 2), (1, 10)), L(4, 1), strict=True)
     with pytest.raises(LayoutError, match=r"logical_divide\(8:1, \(2,2\):\(1,1\)\): .*not injective"):
         cute.logical_divide(L(8, 1), L((2, 2), (1, 1)))
     with pytest.raises(LayoutError, match=r"logical_divide\(8:1, <2,2>\): the tiler has 2 modes, the layout only 1"):
         cute.logical_divide(L(8, 1), (2, 2))
     with pytest.raises(LayoutError, match="logical_product"):
         cute.logical_product(L((2, 2), (1, 1)), L(3))
+
+
+def test_strict_reaches_the_complement_and_composition_inside():
+    # the tiler (2,2):(1,3) has a stride that is not a multiple of the span below it: CuTe rounds
+    # its complement down; strictly, every product and divide built on it refuses
+    gappy = L((2, 2), (1, 3))
+    assert str(cute.logical_divide(L(24), gappy)) == "((2,2),4):((1,3),6)"
+    assert str(cute.zipped_divide(L(24), gappy)) == "((2,2),4):((1,3),6)"
+    assert str(cute.logical_product(gappy, L(2))) == "((2,2),2):((1,3),6)"
+    assert str(cute.blocked_product(gappy, L(2))) == "((2,2),(2,1)):((1,6),(3,0))"
+    for divide in (cute.logical_divide, cute.zipped_divide, cute.tiled_divide, cute.flat_divide):
+        with pytest.raises(LayoutError, match=r"complement\(\(2,2\):\(1,3\), 24\): stride 3 .* not a multiple of 2"):
+            divide(L(24), gappy, strict=True)
+    for product in (cute.logical_product, cute.zipped_product, cute.tiled_product, cute.flat_product,
+                    cute.blocked_product, cute.raked_product):
+        with pytest.raises(LayoutError, match=r"not a multiple of 2"):
+            product(gappy, L(2), strict=True)
+    with pytest.raises(LayoutError, match=r"logical_divide.*not a multiple of 2"):
+        cute.local_tile(L(24), gappy, 0, strict=True)
+    # a divide whose rest mode carries past a mode of the layout: refused strictly only
+    layout, tiler = L((6, 4), (1, 10)), L((2, 4), (3, 1))
+    assert str(cute.composition(layout, tiler)) == "(2,4):(3,1)"
+    with pytest.raises(LayoutError, match="overlap"):
+        cute.composition(layout, tiler, strict=True)
+    assert cute.logical_divide(L((6, 4), (1, 10)), (L(2, 3), None), strict=True) == \
+        cute.logical_divide(L((6, 4), (1, 10)), (L(2, 3), None))
 
 
 # ---- partitions --------------------------------------------------------------------------------

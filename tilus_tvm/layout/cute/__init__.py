@@ -6,6 +6,9 @@
 - :mod:`.tiling`: products, divides, ``local_tile`` and ``local_partition``
 - :mod:`.composed`: ``ComposedLayout`` (``inner o offset o outer``) and identity layouts
 - :mod:`.printing`: ``print_layout`` tables
+
+Results are CuTe's (C++ ``cute/layout.hpp``, checked against CUTLASS's ``pycute``); the operations
+take ``strict=True`` to refuse the results that are not what they promise (see :mod:`.algebra`).
 """
 from tilus_tvm.layout.cute.algebra import (
     coalesce,

@@ -1,20 +1,39 @@
 """CuTe's layout algebra: coalesce, filter, complement, composition and inverses.
 
-Semantics follow CuTe's C++ (CUTLASS >= 3.8) with every int treated as a static (compile-time)
-value: where C++ would fail a ``static_assert`` (a non-injective complement, a composition whose
-strides do not divide), we raise :class:`LayoutError` naming the operation and its operands.
-Products and divides, built from these, are in :mod:`tilus_tvm.layout.cute.tiling`.
+Semantics follow CuTe's C++ (CUTLASS >= 3.8, ``cute/layout.hpp``) and CUTLASS's reference Python
+implementation ``pycute``, with every int treated as a static (compile-time) value. A layout is
+a function on all non-negative ints, not only on ``[0, size)``: past its size the last mode
+extends (``idx2crd`` puts the overflow there), so ``composition(Layout(4, 1), Layout(4, 2))`` is
+``4:2``. Where C++ fails a ``static_assert`` we raise :class:`LayoutError` naming the operation
+and its operands: a complement of a layout whose sorted stride falls inside the span of the
+smaller modes (not injective), a composition whose strides or shapes do not divide the left
+layout. Products and divides, built from these, are in :mod:`tilus_tvm.layout.cute.tiling`.
 
-Where we differ from C++, it is to refuse a result that is not what the operation promises:
+``strict=True`` (on ``complement``, ``composition``, ``left_inverse`` and the products and
+divides) also refuses the results CuTe gives that are not what the operation promises (and
+``layout(i, strict=True)`` refuses a coordinate past the size):
 
-- ``complement`` requires each sorted stride to be a multiple of the span below it (C++ rounds
-  down silently and returns a layout that leaves holes);
+- ``complement`` requires each sorted stride to be a multiple of the span below it (CuTe rounds
+  the gap down: ``complement((4,6):(1,6), 72)`` is ``2:36``, which leaves holes);
 - ``composition`` refuses a right side whose modes, added, would carry from one mode of the left
-  layout into the next (C++ returns the mode-by-mode result, which is then not ``lhs o rhs``);
-  it accepts taking fewer elements than a left mode has without dividing it (C++'s static check
-  is stricter there, the result is exact);
+  layout into the next (CuTe composes mode by mode; the result is then not ``lhs o rhs``).
+
+Where we still differ from C++ or ``pycute``:
+
 - negative strides are kept by ``Layout`` and ``coalesce`` but refused by ``complement``, the
-  right side of ``composition`` and the inverses.
+  right side of ``composition`` and the inverses (C++ carries their signs along);
+- ``composition`` takes fewer elements than a left mode has without dividing it, as ``pycute``
+  does (C++'s static ``shape_div`` check is stricter there; the result is exact), and composes a
+  size-1 mode of ``rhs`` whatever its stride (C++ and ``pycute`` ask that it divide ``lhs``);
+- where ``pycute`` differs from C++ we follow C++: ``pycute``'s ``coalesce`` drops a trailing
+  size-1 mode, stride included, so its ``composition`` does not extend such a left layout past
+  its size; its ``right_inverse`` stops at a stride-0 mode (and breaks ties between equal strides
+  by shape); its ``complement`` defaults the cotarget to 1 (C++: the cosize); its
+  ``logical_divide`` completes the tiler up to ``size(layout)`` (C++: ``shape(layout)``); its
+  ``composition`` with a tuple tiler keeps the modes of ``lhs`` past the tiler (C++ drops them);
+  its ``tiled_divide`` and ``tiled_product`` unpack a rest mode that is a 1-tuple (C++ keeps it).
+  The size-1 modes of a result may carry another stride than ``pycute``'s (the same function).
+  ``tests/layout/test_cute_pycute.py`` checks everything else against ``pycute``.
 """
 from __future__ import annotations
 
@@ -117,29 +136,32 @@ def filter(layout: Layout, profile: Any = None) -> Layout:  # noqa: A001 - CuTe'
 
 
 # ---- complement ----------------------------------------------------------------------------------
-def complement(layout: Layout, cotarget: Any = None) -> Layout:
+def complement(layout: Layout, cotarget: Any = None, *, strict: bool = False) -> Layout:
     """The layout ``C`` that fills the gaps of ``layout`` up to ``cotarget``: with the modes of
     ``filter(layout)`` sorted by stride, ``s_0:d_0 < s_1:d_1 < ...``,
 
-        C = coalesce((d_0, d_1/(s_0*d_0), ..., ceil_div(cotarget, s_n*d_n))
-                   : (1,   s_0*d_0,       ..., s_n*d_n))
+        C = coalesce((d_0, d_1 // (s_0*d_0), ..., ceil_div(cotarget, s_n*d_n))
+                   : (1,   s_0*d_0,        ..., s_n*d_n))
 
     so ``C`` is ordered (strides increasing), its values avoid those of ``layout`` (but 0), and
-    ``make_layout(layout, C)`` covers ``[0, cotarget)``. ``cotarget`` is an int or a shape
-    (default: the cosize of ``layout``). Each stride must be a multiple of the span of the smaller
-    modes, which also rules out non-injective layouts.
+    ``make_layout(layout, C)`` is injective. ``cotarget`` is an int or a shape (default: the
+    cosize of ``layout``). Each stride must be at least the span of the smaller modes (C++'s
+    "non-injective layout" check, which every non-injective layout fails). When each stride is a
+    multiple of that span, ``make_layout(layout, C)`` covers ``[0, cotarget)``; otherwise the gap
+    is rounded down, as in CuTe, and holes remain (``strict=True`` refuses such a layout).
 
     >>> str(complement(Layout(4, 2), 24))
     '(2,3):(1,8)'
+    >>> str(complement(Layout((4, 6), (1, 6)), 72))
+    '2:36'
     """
     layout = as_layout(layout, "complement")
     flat = filter(layout)
     if cotarget is None:
         cotarget = flat.cosize
     cotarget = it.as_int_tuple(cotarget, "cotarget", "complement")
-    modes = list(zip(it.flatten(flat.shape), it.flatten(flat.stride)))
-    if modes == [(1, 0)]:  # nothing but broadcasts: everything is left
-        return Layout(it.product(cotarget), 1)
+    # filter leaves no size-1 modes, but for the 1:0 of a layout made of broadcasts only
+    modes = [(s, d) for s, d in zip(it.flatten(flat.shape), it.flatten(flat.stride)) if s > 1]
     with operation("complement", layout, it.int_tuple_str(cotarget)):
         if any(d < 0 for _, d in modes):
             raise LayoutError("negative strides are not supported")
@@ -149,7 +171,7 @@ def complement(layout: Layout, cotarget: Any = None) -> Layout:
             if d < span:
                 raise LayoutError(f"the layout is not injective: its mode {s}:{d} overlaps the modes of "
                                   f"smaller stride, which span {span}")
-            if d % span:
+            if strict and d % span:
                 raise LayoutError(f"stride {d} of mode {s}:{d} is not a multiple of {span}, the span of the "
                                   f"modes of smaller stride (the layout has no complement)")
             shapes.append(d // span)
@@ -161,25 +183,33 @@ def complement(layout: Layout, cotarget: Any = None) -> Layout:
 
 
 # ---- composition ---------------------------------------------------------------------------------
-def composition(lhs: Any, rhs: Any) -> Any:
-    """``lhs o rhs``: the layout ``R`` with the shape of ``rhs`` and ``R(c) = lhs(rhs(c))``.
+def composition(lhs: Any, rhs: Any, *, strict: bool = False) -> Any:
+    """``lhs o rhs``: the layout ``R`` with the shape of ``rhs`` and ``R(c) = lhs(rhs(c))``, where
+    ``lhs`` extends past its size through its last mode.
 
     ``rhs`` may be a layout (composed mode by mode over its shape), an int ``n`` (``n:1``), or a
     tuple tiler: then ``lhs`` is composed mode by mode, ``None`` keeping a mode, and the modes of
     ``lhs`` past the tiler are dropped (as in CuTe). For one mode ``s:d`` of ``rhs`` and the
     coalesced ``lhs = (s_0,...,s_n):(d_0,...,d_n)``: divide ``d`` out of the shapes from the left
-    (``d`` and each ``s_i`` must divide one another), then take ``s`` elements from what remains;
-    the last mode of ``lhs`` extends without bound. ``lhs`` may also be a
+    (``d`` and each ``s_i`` must divide one another), then take ``s`` elements from what remains
+    (running past a mode, ``s`` must be a multiple of what that mode has left); the last mode of
+    ``lhs`` extends without bound. ``lhs`` may also be a
     :class:`~tilus_tvm.layout.cute.composed.ComposedLayout` (its outer layout is composed) or any
     other callable, such as a :class:`~tilus_tvm.layout.swizzle.Swizzle` (the result is composed).
 
+    Going mode by mode is CuTe's rule; it gives ``lhs(rhs(c))`` unless the values of different
+    modes of ``rhs``, added, carry from one mode of ``lhs`` into the next: then ``R(c)`` is the
+    sum over the modes of ``rhs`` of ``lhs(mode value)``. ``strict=True`` refuses that case.
+
     >>> str(composition(Layout((6, 2), (8, 2)), Layout((4, 3), (3, 1))))
     '((2,2),3):((24,2),8)'
+    >>> str(composition(Layout((2, 2), (1, 1)), Layout((2, 2), (1, 1))))
+    '(2,2):(1,1)'
     """
     from tilus_tvm.layout.cute.composed import ComposedLayout, make_composed_layout
 
     if isinstance(lhs, ComposedLayout):
-        return ComposedLayout(lhs.inner, lhs.offset, composition(lhs.outer, rhs))
+        return ComposedLayout(lhs.inner, lhs.offset, composition(lhs.outer, rhs, strict=strict))
     if not isinstance(lhs, Layout):
         if callable(lhs):
             return make_composed_layout(lhs, 0, rhs if not it.is_int(rhs) else Layout(rhs))
@@ -189,14 +219,15 @@ def composition(lhs: Any, rhs: Any) -> Any:
     if isinstance(rhs, tuple):
         if len(rhs) > lhs.rank:
             raise LayoutError(f"composition({lhs}, {tiler_str(rhs)}): the tiler has more modes than the layout")
-        return make_layout(*(composition(lhs[i], r) for i, r in enumerate(rhs)))
+        return make_layout(*(composition(lhs[i], r, strict=strict) for i, r in enumerate(rhs)))
     if isinstance(rhs, ComposedLayout) or (not isinstance(rhs, Layout) and not it.is_int(rhs)):
         raise LayoutError(f"composition({lhs}, {rhs!r}): rhs must be a Layout, an int or a tuple tiler")
     rhs = as_layout(rhs, "composition")
     shapes, strides = _coalesce_x(lhs)
     with operation("composition", lhs, rhs):
         result = _compose(shapes, strides, rhs.shape, rhs.stride)
-        _check_no_carries(shapes, rhs)
+        if strict:
+            _check_no_carries(shapes, rhs)
         return result
 
 
@@ -238,7 +269,7 @@ def _check_no_carries(shapes: tuple, rhs: Layout) -> None:
     """Composition goes mode by mode over ``rhs``, which is right only when adding the values of
     different modes of ``rhs`` never carries from one mode of the (coalesced) left layout into the
     next: for every bounded left mode, the largest digits the ``rhs`` modes put there must add up
-    to less than its size. Otherwise ``lhs(rhs(c))`` is not a layout and we refuse."""
+    to less than its size. Otherwise ``lhs(rhs(c))`` is not a layout: strict composition refuses."""
     leaves = [(s, d) for s, d in zip(it.flatten(rhs.shape), it.flatten(rhs.stride)) if s > 1 and d != 0]
     if len(shapes) == 1 or len(leaves) < 2:
         return
@@ -306,13 +337,17 @@ def right_inverse(layout: Layout) -> Layout:
     return Layout(result_shape, result_stride)
 
 
-def left_inverse(layout: Layout) -> Layout:
+def left_inverse(layout: Layout, *, strict: bool = False) -> Layout:
     """``L`` with ``L(layout(i)) == i`` for ``i < size(layout)``: the right inverse of
-    ``make_layout(layout, complement(layout))``. ``layout`` must be injective.
+    ``make_layout(layout, complement(layout))``. ``layout`` must be injective. When a sorted
+    stride is not a multiple of the span below it, the complement leaves holes and ``L`` inverts
+    only the first modes, as in CuTe (``strict=True`` refuses such a layout).
 
     >>> str(left_inverse(Layout((2, 4), (4, 1))))
     '(4,2):(2,1)'
+    >>> str(left_inverse(Layout((4, 6), (1, 6))))
+    '4:1'
     """
     layout = as_layout(layout, "left_inverse")
     with operation("left_inverse", layout):
-        return right_inverse(make_layout(layout, complement(layout)))
+        return right_inverse(make_layout(layout, complement(layout, strict=strict)))

@@ -48,9 +48,11 @@ class IdentityLayout:
     def depth(self) -> int:
         return it.depth(self.shape)
 
-    def __call__(self, *coord: Any) -> tuple:
+    def __call__(self, *coord: Any, strict: bool = False) -> tuple:
+        """The natural coordinate of ``coord``; past the size the last mode takes the overflow, as
+        for any layout (``strict=True`` refuses it)."""
         crd = _as_coord(coord[0] if len(coord) == 1 else tuple(coord))
-        check_coord(crd, self.shape, f"IdentityLayout {self}", crd)
+        check_coord(crd, self.shape, f"IdentityLayout {self}", crd, strict=strict)
         natural = it.idx2crd(crd, self.shape)
         return natural if it.is_tuple(natural) else (natural,)
 

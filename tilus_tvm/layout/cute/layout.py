@@ -17,6 +17,16 @@ Its domain is the coordinate space of ``shape``, which can be addressed three wa
 
 ``None`` in a coordinate keeps that mode: ``L(None, 0)`` is the layout of column 0, ``(2):(4)``.
 The default stride is compact column-major (:func:`prefix_product` of the shape).
+
+As in CuTe, a layout is defined past its size: an index beyond a mode's size is split over that
+mode's sub-modes with the last one taking the overflow. Index 8 is the coordinate ``(0, 4)``, and
+4 in the mode ``(2,2):(1,2)`` is ``(0, 2)``:
+
+>>> L(8), L(0, 4)
+(4, 4)
+
+``L(c, strict=True)`` refuses such coordinates. Negative coordinates are always refused (C++ and
+``pycute`` disagree on them).
 """
 from __future__ import annotations
 
@@ -92,13 +102,14 @@ class Layout:
         return (self[i] for i in range(self.rank))
 
     # ---- the function --------------------------------------------------------------------------
-    def __call__(self, *coord: Any) -> Any:
+    def __call__(self, *coord: Any, strict: bool = False) -> Any:
         """The value at a 1-D index, an R-D or an h-D coordinate; with ``None`` entries, the
-        sub-layout they keep (see :func:`slice_`)."""
+        sub-layout they keep (see :func:`slice_`). A coordinate past a mode's size extends that
+        mode's last sub-mode, as in CuTe; ``strict=True`` refuses it."""
         crd = _as_coord(coord[0] if len(coord) == 1 else tuple(coord))
         if _has_none(crd):
             return slice_(self, crd)
-        check_coord(crd, self.shape, self, crd)
+        check_coord(crd, self.shape, self, crd, strict=strict)
         return it.crd2idx(crd, self.shape, self.stride)
 
     def __str__(self) -> str:
@@ -119,8 +130,9 @@ def _has_none(crd: Any) -> bool:
     return crd is None or (isinstance(crd, tuple) and any(_has_none(c) for c in crd))
 
 
-def check_coord(crd: Any, shape: IntTuple, what: Any, whole: Any) -> None:
-    """Raise :class:`LayoutError` unless ``crd`` addresses a point of ``shape`` (1-D, R-D or h-D)."""
+def check_coord(crd: Any, shape: IntTuple, what: Any, whole: Any, strict: bool = True) -> None:
+    """Raise :class:`LayoutError` unless ``crd`` addresses a point of ``shape`` (1-D, R-D or h-D);
+    with ``strict=False`` an index may run past its mode's size (CuTe extends the last mode)."""
     if isinstance(crd, list):
         crd = tuple(crd)
     if it.is_tuple(crd):
@@ -128,11 +140,14 @@ def check_coord(crd: Any, shape: IntTuple, what: Any, whole: Any) -> None:
             raise LayoutError(f"{what}: coordinate {whole!r} does not match shape {it.int_tuple_str(shape)} "
                               f"(a coordinate is a 1-D index, one index per mode, or congruent to the shape)")
         for c, s in zip(crd, shape):
-            check_coord(c, s, what, whole)
+            check_coord(c, s, what, whole, strict)
         return
     if not it.is_int(crd):
         raise LayoutError(f"{what}: coordinate {whole!r} must be made of ints, got {crd!r}")
-    if not 0 <= crd < it.product(shape):
+    if crd < 0:
+        raise LayoutError(f"{what}: coordinate {whole!r} is out of range for shape {it.int_tuple_str(shape)} "
+                          f"({crd} is negative)")
+    if strict and crd >= it.product(shape):
         raise LayoutError(f"{what}: coordinate {whole!r} is out of range for shape {it.int_tuple_str(shape)} "
                           f"({crd} is not in [0, {it.product(shape)}))")
 

@@ -123,6 +123,9 @@ def generate(func: Function, plan: SharedMemoryPlan, params: Optional[list[Param
             for iv, extent in zip(func.block_vars, list(func.blocks) + [1] * (3 - len(func.blocks))):
                 frames.append(Tb.attr(iv, "thread_extent", extent))
             frames.append(Tb.attr(thread_iv, "thread_extent", func.num_threads))
+            if func.min_blocks_per_sm is not None:  # TVM moves this into __launch_bounds__(threads, blocks)
+                frames.append(Tb.attr(tirx.const(0, "int32"), "tirx.launch_bounds_min_blocks_per_sm",
+                                      func.min_blocks_per_sm))
             for frame in frames:
                 frame.__enter__()
             if plan.size:

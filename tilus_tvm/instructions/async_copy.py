@@ -51,6 +51,11 @@ def shared_vectors_fit(tensor, layout, width: int) -> bool:
     return _divisible(tensor.element_offset(), width)
 
 
+def _static(value: Any) -> int:
+    """A compile-time coordinate, or 0 for a run-time one (to model one representative access)."""
+    return value if isinstance(value, int) else 0
+
+
 def copy_vector(inst: ir.CopyAsync, aligned_pointer: bool, layout=None, analyzer: Any = None) -> int:
     """Elements per ``cp.async`` of ``inst`` (0: no cp.async is possible, copy element by element)."""
     src, dst = inst.src, inst.dst
@@ -130,7 +135,6 @@ def copy_async_accesses(inst: ir.CopyAsync, layout) -> list:
     width = copy_vector(inst, True, layout) or 1
     grid = _vector_grid(inst, width)
     num_vectors = math.prod(grid)
-    prefix = view_prefix(inst.dst)
     requests = []
     for start in (0, 32):
         lanes = []
@@ -139,18 +143,10 @@ def copy_async_accesses(inst: ir.CopyAsync, layout) -> list:
             if vector >= num_vectors:
                 lanes.append(None)
                 continue
-            lanes.append((prefix + _tile_index(inst, vector, width), width))
+            lanes.append((inst.dst.root_index([_static(v) for v in _tile_index(inst, vector, width)]),
+                          width))
         requests.append(lanes)
     return requests
-
-
-def view_prefix(tensor) -> list[int]:
-    """Leading indices that place a view's coordinates in its root tensor (run-time indices as 0)."""
-    prefix: list[int] = []
-    while tensor.base is not None:
-        prefix.insert(0, tensor.index if isinstance(tensor.index, int) else 0)
-        tensor = tensor.base
-    return prefix
 
 
 register(ir.CopyAsync, emit=emit_copy_async, shared_accesses=copy_async_accesses)

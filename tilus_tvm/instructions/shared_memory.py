@@ -14,6 +14,7 @@ Stores are made by the first replica of each element only.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from tvm import tirx
@@ -21,44 +22,75 @@ from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext, logical_index, place_tile
 from tilus_tvm.errors import LayoutError
-from tilus_tvm.instructions.async_copy import _divisible, shared_vectors_fit, view_prefix
+from tilus_tvm.instructions.async_copy import _divisible, _static
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.layout.atoms import LdmatrixAtom, get_ldmatrix_atom
 from tilus_tvm.layout.register import RegisterLayout
-from tilus_tvm.layout.register_ops import divide
+from tilus_tvm.layout.register_ops import divide, permute
 
 
-def ldmatrix_plan(inst: ir.LoadShared, layout=None, analyzer: Any = None) -> Optional[tuple[LdmatrixAtom, RegisterLayout]]:
-    """(atom, outer layout) when ``inst`` can load with ``ldmatrix``, else None."""
+@dataclass(frozen=True)
+class LdmatrixPlan:
+    """How a ``LoadShared`` runs as ``ldmatrix``: ``atom`` and the ``outer`` layout with
+    ``compose(outer, atom.layout)`` = the output layout, both indexed as the tile is stored;
+    ``transposed`` when the stored 16-byte rows run along the tile's first dimension (a tile read
+    through ``smem.transpose()``), so stored index ``(i, j)`` is tile index ``(j, i)``."""
+
+    atom: LdmatrixAtom
+    outer: RegisterLayout
+    transposed: bool
+
+    def tile_index(self, warp: Any, group: int, lane: Any) -> list:
+        """The tile index whose address ``lane`` of ``warp`` passes for register group ``group``."""
+        if isinstance(warp, int):
+            origin = self.outer.logical(warp, group)
+        else:
+            origin = logical_index(self.outer, warp, group)
+        address = self.atom.lane_address(lane)
+        stored = [o * extent + a for o, extent, a in zip(origin, self.atom.shape, address)]
+        return stored[::-1] if self.transposed else stored
+
+
+def _rows_fit(src, layout, dim: int, offset: Any, row: int, analyzer: Any) -> bool:
+    """Whether rows of ``row`` elements along ``dim`` of ``src`` are contiguous and 16-byte aligned."""
+    strides = layout.strides
+    if strides[dim] != 1 or any(s % row for d, s in enumerate(strides) if d != dim) or layout.shape[dim] % row:
+        return False
+    if layout.swizzle is not None and (1 << layout.swizzle.base) % row:
+        return False
+    if src.base is not None and src.root.layout is not None and not _divisible(src.element_offset(), row, analyzer):
+        return False
+    return _divisible(offset, row, analyzer)
+
+
+def ldmatrix_plan(inst: ir.LoadShared, layout=None, analyzer: Any = None) -> Optional[LdmatrixPlan]:
+    """How ``inst`` loads with ``ldmatrix`` (``layout``: the source's shared layout, default its own),
+    or None when it cannot."""
     out, src = inst.output, inst.src
     bits = out.dtype.nbits
     if bits not in (8, 16) or out.layout is None or len(out.shape) != 2 or out.layout.num_threads % 32:
         return None
     layout = layout if layout is not None else src.resolved_layout()
     row = 128 // bits  # elements of one 16-byte row
-    if layout is not None:
-        if inst.dims[-1] != len(src.shape) - 1 or not shared_vectors_fit(src, layout, row):
-            return None
-        if not _divisible(inst.offsets[-1], row, analyzer):
-            return None
-    for num in (4, 2, 1):
-        for trans in (False, True):
-            if trans and bits != 16:
-                continue
-            atom = get_ldmatrix_atom(num, trans, bits)
-            try:
-                outer = divide(out.layout, atom.layout)
-            except LayoutError:
-                continue
-            return atom, outer
+    orientations = []
+    for transposed, tile_dim in ((False, 1), (True, 0)):
+        dim = inst.dims[tile_dim]
+        if layout is None or _rows_fit(src, layout, dim, inst.offsets[dim], row, analyzer):
+            orientations.append(transposed)
+    for transposed in orientations:
+        stored_layout = permute(out.layout, [1, 0]) if transposed else out.layout
+        for num in (4, 2, 1):
+            for trans in (False, True):
+                if trans and bits != 16:
+                    continue
+                atom = get_ldmatrix_atom(num, trans, bits)
+                try:
+                    outer = divide(stored_layout, atom.layout)
+                except LayoutError:
+                    continue
+                return LdmatrixPlan(atom, outer, transposed)
     return None
-
-
-def _ldmatrix_tile_index(atom: LdmatrixAtom, outer: RegisterLayout, warp: Any, group: int, lane: Any) -> list:
-    origin = logical_index(outer, warp, group) if not isinstance(warp, int) else outer.logical(warp, group)
-    address = atom.lane_address(lane)
-    return [o * extent + a for o, extent, a in zip(origin, atom.shape, address)]
 
 
 def emit_load_shared(ctx: CodegenContext, inst: ir.LoadShared) -> None:
@@ -66,22 +98,22 @@ def emit_load_shared(ctx: CodegenContext, inst: ir.LoadShared) -> None:
     buf = ctx.reg(out)
     plan = ldmatrix_plan(inst, analyzer=ctx.func.analyzer())
     if plan is not None:
-        _emit_ldmatrix(ctx, inst, *plan)
+        _emit_ldmatrix(ctx, inst, plan)
         return
     with Tb.unroll(0, out.layout.local_size) as i:
         view, offset = ctx.shared_element(inst.src, place_tile(inst.offsets, inst.dims, ctx.logical(out.layout, i)))
         Tb.buffer_store(buf, view[offset], [i])
 
 
-def _emit_ldmatrix(ctx: CodegenContext, inst: ir.LoadShared, atom: LdmatrixAtom, outer: RegisterLayout) -> None:
+def _emit_ldmatrix(ctx: CodegenContext, inst: ir.LoadShared, plan: LdmatrixPlan) -> None:
     out = inst.output
-    words_per_group = atom.layout.local_size * out.dtype.nbits // 32  # = atom.num
+    words_per_group = plan.atom.layout.local_size * out.dtype.nbits // 32  # = atom.num
     words = Tb.decl_buffer((out.layout.local_size * out.dtype.nbits // 32,), "uint32", data=ctx.reg(out).data,
                            scope="local")
-    ldmatrix = Tb.ptx[atom.ptx]
+    ldmatrix = Tb.ptx[plan.atom.ptx]
     warp, lane = ctx.tx // 32, ctx.tx % 32
-    for group in range(outer.local_size):
-        tile = _ldmatrix_tile_index(atom, outer, warp, group, lane)
+    for group in range(plan.outer.local_size):
+        tile = plan.tile_index(warp, group, lane)
         view, offset = ctx.shared_element(inst.src, place_tile(inst.offsets, inst.dims, tile))
         registers = [words[group * words_per_group + j] for j in range(words_per_group)]
         Tb.evaluate(ldmatrix(*registers, view.ptr_to([offset])))
@@ -97,17 +129,13 @@ def emit_store_shared(ctx: CodegenContext, inst: ir.StoreShared) -> None:
             Tb.buffer_store(view, buf[i], [offset])
 
 
-def _static(value: Any) -> int:
-    return value if isinstance(value, int) else 0
-
 
 def _element_requests(tensor, offsets, dims, layout: RegisterLayout) -> list:
     """Warp 0 reading or writing register slot 0 (one element per lane)."""
-    prefix = view_prefix(tensor)
     lanes = []
     for lane in range(min(32, layout.num_threads)):
         index = place_tile([_static(o) for o in offsets], dims, layout.logical(lane, 0))
-        lanes.append((prefix + list(index), 1))
+        lanes.append((tensor.root_index(index), 1))
     return [lanes]
 
 
@@ -118,16 +146,14 @@ def load_shared_accesses(inst: ir.LoadShared, layout) -> list:
     plan = ldmatrix_plan(inst, layout)
     if plan is None:
         return _element_requests(inst.src, inst.offsets, inst.dims, out.layout)
-    atom, outer = plan
-    prefix = view_prefix(inst.src)
     row = 128 // out.dtype.nbits
     lanes = []
     for lane in range(32):
-        if lane >= atom.num_address_lanes:
+        if lane >= plan.atom.num_address_lanes:
             lanes.append(None)
             continue
-        tile = _ldmatrix_tile_index(atom, outer, 0, 0, lane)
-        lanes.append((prefix + list(place_tile([_static(o) for o in inst.offsets], inst.dims, tile)), row))
+        index = place_tile([_static(o) for o in inst.offsets], inst.dims, plan.tile_index(0, 0, lane))
+        lanes.append((inst.src.root_index(index), row))
     return [lanes]
 
 

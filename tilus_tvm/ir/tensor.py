@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
@@ -73,40 +73,76 @@ class SharedTensor(Tensor):
 
     layout: Any = None  # tilus_tvm.layout.shared.SharedLayout
     base: Optional["SharedTensor"] = None
-    index: Any = None
+    index: Any = None  # a view of sub-tensor ``index`` of base's leading dimension
+    perm: Optional[tuple[int, ...]] = None  # or a view of base with its dimensions permuted
 
     @property
     def root(self) -> "SharedTensor":
         """The allocated tensor this one views (itself when it is not a view)."""
         return self if self.base is None else self.base.root
 
-    def resolved_layout(self):
-        """The shared layout, a view's derived from its base's (None before inference)."""
+    def view_layout(self, root_layout):
+        """The layout this tensor has when its root has ``root_layout``."""
         if self.base is None:
-            return self.layout
-        base_layout = self.base.resolved_layout()
-        if base_layout is None:
-            return None
+            return root_layout
         from tilus_tvm.layout.shared import SharedLayout
 
-        return SharedLayout(base_layout.shape[1:], base_layout.strides[1:], base_layout.swizzle)
+        base = self.base.view_layout(root_layout)
+        if self.perm is not None:
+            return SharedLayout(tuple(base.shape[d] for d in self.perm), tuple(base.strides[d] for d in self.perm),
+                                base.swizzle)
+        return SharedLayout(base.shape[1:], base.strides[1:], base.swizzle)
+
+    def resolved_layout(self):
+        """The shared layout, a view's derived from its root's (None before inference)."""
+        return None if self.root.layout is None else self.view_layout(self.root.layout)
+
+    def root_index(self, index: Sequence[Any]) -> list:
+        """The index in the root tensor of this tensor's element ``index`` (run-time indices as 0)."""
+        index = list(index)
+        if self.base is None:
+            return index
+        if self.perm is not None:
+            base_index = [0] * len(index)
+            for position, d in enumerate(self.perm):
+                base_index[d] = index[position]
+            return self.base.root_index(base_index)
+        return self.base.root_index([self.index if isinstance(self.index, int) else 0] + index)
 
     def element_offset(self) -> Any:
         """Elements from the root tensor's first element to this view's (0 for a root)."""
         if self.base is None:
             return 0
+        if self.perm is not None:
+            return self.base.element_offset()
         base_layout = self.base.resolved_layout()
         stride = base_layout.strides[0]
         swizzle = base_layout.swizzle
-        if swizzle is not None and stride % (1 << (swizzle.bits + swizzle.base + max(0, swizzle.shift))):
+        span = 0 if swizzle is None else 1 << (swizzle.bits + swizzle.base + max(0, swizzle.shift))
+        if swizzle is not None and stride % span:
             from tilus_tvm.errors import CompileError
 
             raise CompileError(f"{self.describe()}: the sub-tensors of {self.base.describe()} start every {stride} "
                                f"elements, which the swizzle {swizzle} of its layout would permute across; give the "
-                               f"leading dimension a stride that is a multiple of "
-                               f"{1 << (swizzle.bits + swizzle.base + max(0, swizzle.shift))}")
+                               f"leading dimension a stride that is a multiple of {span}")
         offset = self.index * stride if not (isinstance(self.index, int) and self.index == 0) else 0
-        return self.base.element_offset() + offset if self.base.base is not None else offset
+        base = self.base.element_offset()
+        return offset if isinstance(base, int) and base == 0 else base + offset
+
+    def permute(self, dims: Sequence[int]) -> "SharedTensor":
+        """A view with its dimensions reordered: dimension ``i`` of the view is dimension ``dims[i]``."""
+        dims = tuple(dims)
+        if sorted(dims) != list(range(len(self.shape))):
+            raise ScriptError(f"{self.describe()}.permute({list(dims)}): dims must be a permutation of "
+                              f"{list(range(len(self.shape)))}")
+        return SharedTensor(self.dtype, tuple(self.shape[d] for d in dims), name=f"{self.name}.permute{list(dims)}",
+                            base=self, perm=dims)
+
+    def transpose(self) -> "SharedTensor":
+        """The transposed view of a 2-D shared tensor (no data moves)."""
+        if len(self.shape) != 2:
+            raise ScriptError(f"{self.describe()}.transpose(): only 2-D tensors; use permute(dims)")
+        return self.permute((1, 0))
 
     def __getitem__(self, index: Any) -> "SharedTensor":
         if isinstance(index, tuple):

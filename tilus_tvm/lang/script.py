@@ -25,11 +25,13 @@ from tilus_tvm.lang.instructions.memory import MemoryInstructions
 
 
 class Attributes:
-    """Launch configuration, set from inside ``__call__``: ``blocks`` and ``warps``."""
+    """Launch configuration, set from inside ``__call__``: ``blocks``, ``warps`` and, optionally,
+    ``min_blocks_per_sm``."""
 
     def __init__(self):
         self._blocks: Optional[tuple[Any, ...]] = None
         self._warps: Optional[int] = None
+        self._min_blocks_per_sm: Optional[int] = None
 
     @property
     def blocks(self) -> Optional[tuple[Any, ...]]:
@@ -60,6 +62,19 @@ class Attributes:
         if not 1 <= value <= 32:
             raise ScriptError(f"attrs.warps must be in [1, 32] (at most 1024 threads per block), got {value}")
         self._warps = value
+
+
+    @property
+    def min_blocks_per_sm(self) -> Optional[int]:
+        """Blocks that must fit on one SM at once (CUDA ``__launch_bounds__``' second argument): the
+        compiler limits registers per thread to make room. None: no requirement."""
+        return self._min_blocks_per_sm
+
+    @min_blocks_per_sm.setter
+    def min_blocks_per_sm(self, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
+            raise ScriptError(f"attrs.min_blocks_per_sm must be a compile-time int in [1, 32], got {value!r}")
+        self._min_blocks_per_sm = value
 
 
 @dataclass(frozen=True)

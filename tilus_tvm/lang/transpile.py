@@ -56,4 +56,5 @@ def transpile(script: Script, specs: list[ParamSpec], const_values: Mapping[str,
     if state.attrs.warps is None:
         raise ScriptError(f"{cls.__name__}.__call__ never sets self.attrs.warps (warps per block)")
     return Function(cls.kernel_name(), params, state.attrs.blocks, state.attrs.warps, builder.body,
-                    block_vars=block_ivs, aligned_pointers=aligned_pointers, arch=arch)
+                    block_vars=block_ivs, aligned_pointers=aligned_pointers, arch=arch,
+                    min_blocks_per_sm=state.attrs.min_blocks_per_sm)

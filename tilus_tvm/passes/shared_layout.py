@@ -57,11 +57,7 @@ def _cost(layout: SharedLayout, uses: list, arch: str, dtype_bits: int) -> int:
 def _view_layout(inst: ir.Instruction, root_layout: SharedLayout) -> SharedLayout:
     """The layout the instruction's (possibly viewed) shared operand would have under ``root_layout``."""
     (tensor,) = _shared_operands(inst)
-    layout = root_layout
-    while tensor.base is not None:
-        layout = SharedLayout(layout.shape[1:], layout.strides[1:], layout.swizzle)
-        tensor = tensor.base
-    return layout
+    return tensor.view_layout(root_layout)
 
 
 def infer_shared_layouts(func: Function) -> Function:

@@ -28,7 +28,7 @@ class Matmul(tilus.Script):
     """
 
     def __init__(self, block_m: int = 128, block_n: int = 128, block_k: int = 32, warps: int = 8,
-                 stages: int = 4, b_layout: str = "row"):
+                 stages: int = 4, min_blocks: int = 1, b_layout: str = "row"):
         super().__init__()
         if stages < 2:
             raise ScriptError(f"Matmul: stages must be at least 2, got {stages}")
@@ -38,54 +38,68 @@ class Matmul(tilus.Script):
             if value % multiple:
                 raise ScriptError(f"Matmul: {name}={value} must be a multiple of {multiple} (the mma.sync tile)")
         self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
-        self.warps, self.stages, self.b_layout = warps, stages, b_layout
+        self.warps, self.stages, self.min_blocks, self.b_layout = warps, stages, min_blocks, b_layout
 
     def __call__(self, m_size: int32, n_size: int, k_size: int, a_ptr: ~float16, b_ptr: ~float16,
                  c_ptr: ~float16):
         bm, bn, bk, stages = self.block_m, self.block_n, self.block_k, self.stages
         self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(n_size, bn)]
         self.attrs.warps = self.warps
+        self.attrs.min_blocks_per_sm = self.min_blocks
         offset_m: int32 = bm * self.blockIdx.x
         offset_n: int32 = bn * self.blockIdx.y
         ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
-        gb = self.global_view(b_ptr, dtype=float16, shape=[k_size, n_size])
+        col = self.b_layout == "col"  # b stored [n, k]: its tiles are read through a transposed view
+        if col:
+            gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+        else:
+            gb = self.global_view(b_ptr, dtype=float16, shape=[k_size, n_size])
         gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
         sa = self.shared_tensor(dtype=float16, shape=[stages, bm, bk])
-        sb = self.shared_tensor(dtype=float16, shape=[stages, bk, bn])
+        if col:
+            sb = self.shared_tensor(dtype=float16, shape=[stages, bn, bk])
+        else:
+            sb = self.shared_tensor(dtype=float16, shape=[stages, bk, bn])
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
         num_k = (k_size + bk - 1) // bk
         steps = bk // 16  # mma k-steps per tile
         for s in range(stages - 1):  # prologue: the first stages - 1 tiles in flight
             self.copy_async(src=ga, dst=sa[s], offsets=[offset_m, s * bk])
-            self.copy_async(src=gb, dst=sb[s], offsets=[s * bk, offset_n])
+            self.copy_async(src=gb, dst=sb[s], offsets=[offset_n, s * bk] if col else [s * bk, offset_n])
             self.copy_async_commit_group()
         self.copy_async_wait_group(stages - 2)
         self.sync()
         # Fragments of the next k-step are loaded (ldmatrix) before the current one is multiplied,
         # so their latency hides behind the mma of this step.
         a = self.load_shared(sa[0], offsets=[0, 0], shape=[bm, 16])
-        b = self.load_shared(sb[0], offsets=[0, 0], shape=[16, bn])
+        b = self.load_shared(self.b_tile(sb[0]), offsets=[0, 0], shape=[16, bn])
         for k in range(num_k):
             stage = k % stages
             for step in list(range(steps)):  # unrolled while translating: step is an int
                 if step == 0:  # refill the stage every thread finished reading in the last iteration
                     ahead = k + stages - 1
                     self.copy_async(src=ga, dst=sa[ahead % stages], offsets=[offset_m, ahead * bk])
-                    self.copy_async(src=gb, dst=sb[ahead % stages], offsets=[ahead * bk, offset_n])
+                    self.copy_async(src=gb, dst=sb[ahead % stages],
+                                    offsets=[offset_n, ahead * bk] if col else [ahead * bk, offset_n])
                     self.copy_async_commit_group()
                 if step == steps - 1:  # the next tile must have landed before its first fragments load
                     self.copy_async_wait_group(stages - 2)
                     self.sync()
                     next_stage = (k + 1) % stages
                     a_next = self.load_shared(sa[next_stage], offsets=[0, 0], shape=[bm, 16])
-                    b_next = self.load_shared(sb[next_stage], offsets=[0, 0], shape=[16, bn])
+                    b_next = self.load_shared(self.b_tile(sb[next_stage]), offsets=[0, 0], shape=[16, bn])
                 else:
                     a_next = self.load_shared(sa[stage], offsets=[0, (step + 1) * 16], shape=[bm, 16])
-                    b_next = self.load_shared(sb[stage], offsets=[(step + 1) * 16, 0], shape=[16, bn])
+                    b_next = self.load_shared(self.b_tile(sb[stage]), offsets=[(step + 1) * 16, 0], shape=[16, bn])
                 self.dot(a, b, acc, out=acc)
                 a = a_next
                 b = b_next
         self.store_global(gc, acc.to(float16), offsets=[offset_m, offset_n])
+
+
+    def b_tile(self, stage_tile):
+        """One stage of b's shared buffer as a [block_k, block_n] tile (transposed when b is column-major)."""
+        return stage_tile.transpose() if self.b_layout == "col" else stage_tile
 
 
 def matmul(a: Any, b: Any, out: Optional[Any] = None) -> Any:

@@ -1,9 +1,15 @@
-"""Matmul benchmark: the seed's MatmulV0 (and the 4-warp Matmul) beside torch.matmul (cuBLAS).
+"""Matmul benchmark: the library's pipelined ``Matmul`` beside torch.matmul (cuBLAS) and an
+autotuned Triton matmul, measured in one run on one GPU.
 
-    python scripts/bench_matmul.py            # 4096^3 and a few LLM-serving shapes
+    python scripts/bench_matmul.py                       # 4096^3, 8192^3 and LLM shapes
+    python scripts/bench_matmul.py --shapes 4096x4096x4096 --configs 128,256,32,8,4
 
-Each row is the median of CUDA-event timings (tilus_tvm.utils.benchmark_func) measured in the same
-run; results are checked against torch before timing.
+For every shape our row is the best of ``--configs`` (block_m, block_n, block_k, warps, stages,
+min_blocks), and the table says which configuration reached it; ``matmul()`` (the torch-like
+function, with its own configuration choice) gets a row too. The seed's MatmulV0 runs at 4096^3
+for reference. Results are checked against torch before timing; times are medians of CUDA events.
+Our Triton kernel is written for this benchmark in the style of Triton's matmul tutorial (grouped
+tile order, tl.dot, autotuned over the usual block configurations).
 """
 import argparse
 import math
@@ -14,19 +20,67 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tests.helpers import load_tutorial  # noqa: E402
+from tilus_tvm.schedules.matmul import Matmul, matmul  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
+
+DEFAULT_SHAPES = ("4096x4096x4096,8192x8192x8192,1x4096x4096,16x14336x4096,128x4096x14336,"
+                  "1024x28672x4096,4096x4096x14336")
+DEFAULT_CONFIGS = "128,256,32,8,4,1 128,128,32,4,4,1 64,256,32,4,4,2 128,128,32,8,4,1 64,128,64,4,4,1 16,128,64,4,4,1"
+
+
+def triton_matmul():
+    """An autotuned Triton matmul (None when Triton is not installed)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 8}, num_stages=s, num_warps=w)
+               for bm, bn, bk, s, w in ((128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4),
+                                        (128, 128, 32, 4, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
+                                        (64, 64, 64, 4, 4), (32, 64, 64, 4, 4), (16, 64, 128, 4, 4))]
+
+    @triton.autotune(configs=configs, key=["M", "N", "K"])
+    @triton.jit
+    def kernel(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
+               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+        pid = tl.program_id(0)
+        blocks_m, blocks_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+        group = pid // (GROUP * blocks_n)
+        first_m = group * GROUP
+        rows = min(blocks_m - first_m, GROUP)
+        pm = first_m + (pid % (GROUP * blocks_n)) % rows
+        pn = (pid % (GROUP * blocks_n)) // rows
+        om = pm * BM + tl.arange(0, BM)
+        on = pn * BN + tl.arange(0, BN)
+        ok = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, tl.cdiv(K, BK)):
+            kk = k0 * BK + ok
+            x = tl.load(a + om[:, None] * sam + kk[None, :] * sak, mask=(om[:, None] < M) & (kk[None, :] < K), other=0.0)
+            y = tl.load(b + kk[:, None] * sbk + on[None, :] * sbn, mask=(kk[:, None] < K) & (on[None, :] < N), other=0.0)
+            acc = tl.dot(x, y, acc)
+        tl.store(c + om[:, None] * scm + on[None, :] * scn, acc.to(tl.float16), mask=(om[:, None] < M) & (on[None, :] < N))
+
+    def run(x, y, out):
+        m, k = x.shape
+        n = y.shape[1]
+        grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa: E731
+        kernel[grid](x, y, out, m, n, k, x.stride(0), x.stride(1), y.stride(0), y.stride(1), out.stride(0),
+                     out.stride(1))
+
+    return run
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shapes", default="4096x4096x4096,16x4096x4096,4096x12288x4096",
-                        help="comma-separated MxNxK")
-    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated MxNxK")
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="space-separated bm,bn,bk,warps,stages,min_blocks")
+    parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
-    kernels = {
-        "tilus-tvm MatmulV0 (1 warp, 64x64x16)": load_tutorial("04_matmul_v0").MatmulV0(),
-        "tilus-tvm Matmul (4 warps, 64x128x16)": load_tutorial("03_matmul").Matmul(),
-    }
+    configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split()]
+    triton_run = triton_matmul()
     lines = []
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
@@ -34,19 +88,37 @@ def main() -> None:
         b = (torch.rand(k, n, dtype=torch.float16, device="cuda") - 0.5) / math.sqrt(k)
         c = torch.empty(m, n, dtype=torch.float16, device="cuda")
         expected = a @ b
-        rows = [("torch.matmul (cuBLAS)", lambda: torch.matmul(a, b, out=c))]
-        for name, kernel in kernels.items():
+        flops = 2 * m * n * k
+
+        def row(name, ms, note=""):
+            lines.append(f"{m:>5} {n:>6} {k:>6}  {name:<24} {ms:>9.4f} {flops / ms * 1e-9:>8.1f} "
+                         f"{cublas_ms / ms:>8.2f}x  {note}")
+
+        cublas_ms = benchmark_func(lambda: torch.matmul(a, b, out=c), warmup=5, repeat=args.repeat)
+        row("torch.matmul (cuBLAS)", cublas_ms)
+        if triton_run is not None:
+            triton_run(a, b, c)
+            torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
+            row("Triton (autotuned)", benchmark_func(lambda: triton_run(a, b, c), warmup=5, repeat=args.repeat))
+        best = None
+        for config in configs:
+            if config[0] > 16 * max(1, math.ceil(m / 16)) * 8:  # far taller than the matrix: skip
+                continue
+            kernel = Matmul(*config)
+            c.fill_(float("nan"))
             kernel(m, n, k, a, b, c)
             torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
-            rows.append((name, lambda kernel=kernel: kernel(m, n, k, a, b, c)))
-        torch_ms = None
-        for name, fn in rows:
-            ms = benchmark_func(fn, warmup=5, repeat=args.repeat)
-            torch_ms = torch_ms or ms
-            tflops = 2 * m * n * k / ms * 1e-9
-            lines.append(f"{m:>6} {n:>6} {k:>6}  {name:<40} {ms:>9.4f} {tflops:>8.1f} {torch_ms / ms:>8.2f}x")
-    # printed at the end, so compilation progress bars (stderr) never interleave with the table
-    header = f"{'m':>6} {'n':>6} {'k':>6}  {'kernel':<40} {'ms':>9} {'TFLOP/s':>8} {'vs torch':>9}"
+            ms = benchmark_func(lambda: kernel(m, n, k, a, b, c), warmup=5, repeat=args.repeat)
+            if best is None or ms < best[0]:
+                best = (ms, config)
+        row("tilus-tvm Matmul (best)", best[0], "config " + ",".join(map(str, best[1])))
+        matmul(a, b, out=c)
+        torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
+        row("tilus-tvm matmul()", benchmark_func(lambda: matmul(a, b, out=c), warmup=5, repeat=args.repeat))
+        if (m, n, k) == (4096, 4096, 4096):
+            v0 = load_tutorial("04_matmul_v0").MatmulV0()
+            row("seed MatmulV0", benchmark_func(lambda: v0(m, n, k, a, b, c), warmup=5, repeat=args.repeat))
+    header = f"{'m':>5} {'n':>6} {'k':>6}  {'kernel':<24} {'ms':>9} {'TFLOP/s':>8} {'vs cuBLAS':>9}"
     print(f"device: {torch.cuda.get_device_name()}")
     print(header)
     print("-" * len(header))

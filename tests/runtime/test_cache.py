@@ -77,3 +77,98 @@ def test_unwritable_cache_still_compiles(tmp_path):
         assert compiled.library_path is None and compiled.executable is not None
     finally:
         tilus.set_cache_dir(None)
+
+
+WARM = """
+import inspect, json, pathlib, sys, torch
+import tilus_tvm as tilus
+from tests.helpers import load_tutorial
+
+tilus.set_cache_dir(sys.argv[1])
+kernel = load_tutorial("02_add_one").AddOneKernel(32, 1)
+if sys.argv[2] == "warm":
+    def refuse(*args, **kwargs):
+        raise AssertionError("a source file was read although the memo holds its digest")
+    inspect.getsource = refuse  # the kernel class's source
+    pathlib.Path.read_bytes = refuse  # the package's sources
+compiled = kernel.compile(8, torch.zeros(8), torch.zeros(8), target="sm_80")
+print(json.dumps({"from_cache": compiled.from_cache, "tvm": "tvm" in sys.modules}))
+"""
+
+
+def test_warm_start_reads_no_source_and_imports_no_tvm(tmp_path):
+    def run_warm(mode):
+        result = subprocess.run([sys.executable, "-c", WARM, str(tmp_path), mode], capture_output=True, text=True,
+                                cwd=ROOT, timeout=600)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    assert run_warm("build") == {"from_cache": False, "tvm": True}
+    assert run_warm("warm") == {"from_cache": True, "tvm": False}
+
+
+def test_source_digest_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
+    import importlib.util
+    import inspect
+    import linecache
+    import os
+
+    import tilus_tvm as tilus
+    from tilus_tvm.runtime.cache import source_digest
+
+    def load(text, mtime):
+        path = tmp_path / "helper_module.py"
+        path.write_text(text)
+        os.utime(path, ns=(mtime, mtime))
+        linecache.checkcache(str(path))
+        spec = importlib.util.spec_from_file_location("helper_module", path)
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "helper_module", module)
+        spec.loader.exec_module(module)
+        return module.Helper
+
+    tilus.set_cache_dir(tmp_path / "cache")
+    try:
+        first = source_digest(load("class Helper:\n    x = 1\n", 10**18))
+        real = inspect.getsource
+        monkeypatch.setattr(inspect, "getsource", lambda obj: 1 / 0)
+        assert source_digest(load("class Helper:\n    x = 1\n", 10**18)) == first  # from the memo
+        monkeypatch.setattr(inspect, "getsource", real)
+        assert source_digest(load("class Helper:\n    x = 2\n", 2 * 10**18)) != first
+    finally:
+        tilus.set_cache_dir(None)
+
+
+GPU_WARM = """
+import json, sys, time, torch
+import tilus_tvm as tilus
+from tests.helpers import load_tutorial
+
+tilus.set_cache_dir(sys.argv[1])
+x = torch.rand(1000, device="cuda")
+y = torch.full_like(x, float("nan"))
+torch.cuda.synchronize()
+start = time.perf_counter()
+kernel = load_tutorial("02_add_one").AddOneKernel(128, 4)
+kernel(1000, x, y)
+torch.cuda.synchronize()
+seconds = time.perf_counter() - start
+(compiled,) = kernel._tilus.kernels.values()
+print(json.dumps({"from_cache": compiled.from_cache, "tvm": "tvm" in sys.modules,
+                  "correct": bool(torch.equal(y, x + 1)), "ms": seconds * 1e3}))
+"""
+
+
+@pytest.mark.gpu
+def test_warm_start_on_the_gpu_launches_from_the_cache_without_tvm(tmp_path):
+    def run_gpu(label):
+        result = subprocess.run([sys.executable, "-c", GPU_WARM, str(tmp_path)], capture_output=True, text=True,
+                                cwd=ROOT, timeout=600)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    first = run_gpu("cold")
+    assert first["from_cache"] is False and first["correct"]
+    second = run_gpu("warm")
+    assert second["from_cache"] is True and second["correct"] and second["tvm"] is False, second
+    print(f"warm start: {second['ms']:.1f} ms from the Script call to the synchronize")

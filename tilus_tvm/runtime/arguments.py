@@ -1,7 +1,10 @@
 """Checking and converting launch arguments against a kernel's parameters.
 
-Every problem is reported in Python, naming the parameter, before anything reaches the GPU:
-wrong count, wrong type, out-of-range scalar, tensor of another dtype, CPU tensor.
+:func:`bind` is the careful path: every problem is reported in Python, naming the parameter,
+before anything reaches the GPU -- wrong count, wrong type, out-of-range scalar, tensor of another
+dtype, CPU tensor, no GPU at all. A launch that passes it once gets a generated launcher
+(:mod:`tilus_tvm.runtime.launcher`) that later launches use instead, leaving shape, dtype and device
+checks to the compiled function's own entry code; any failure there comes back here.
 """
 from __future__ import annotations
 
@@ -85,6 +88,26 @@ def _span(tensor) -> int:
     return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA GPU (asked only on the careful path: it is not free)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def no_gpu_error(kernel: str) -> LaunchError:
+    """The error for a launch on a machine without a CUDA GPU, pointing to what works there."""
+    import torch
+
+    reason = ("this torch build has no CUDA support" if torch.version.cuda is None else
+              "torch.cuda.is_available() is False")
+    return LaunchError(
+        f"{kernel}: cannot launch, this machine has no CUDA GPU ({reason}; torch {torch.__version__}). Kernels "
+        f"run on the GPU; without one you can still compile and inspect them: kernel.compile(*args, "
+        f"target=\"sm_90\") (CUDA source, PTX, an exported library), kernel.lower(*args, target=\"sm_90\") (the "
+        f"TVM IRModule), kernel.tile_program(*args) (the tile program after every pass)")
+
+
 def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -> BoundArguments:
     if len(args) != len(specs):
         raise LaunchError(f"{kernel} takes {len(specs)} arguments ({describe_signature(specs)}), got {len(args)}")
@@ -108,6 +131,8 @@ def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -
                                   f"(~{spec.dtype.name}), got {value.dtype}")
             if require_cuda:
                 if not value.is_cuda:
+                    if not cuda_available():  # no GPU at all: moving the tensor would not help
+                        raise no_gpu_error(kernel)
                     raise LaunchError(f"{kernel}: argument {spec.name} is a tensor on {value.device}; kernels run on "
                                       f"the GPU, move it there first (e.g. tensor.cuda())")
                 if bound.device is None:
@@ -124,7 +149,7 @@ def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -
             bound.call_args.append(value)
     bound.aligned = frozenset(aligned)
     if require_cuda and bound.device is None:
-        import torch as _torch
-
-        bound.device = _torch.cuda.current_device()
+        if not cuda_available():
+            raise no_gpu_error(kernel)
+        bound.device = torch.cuda.current_device()
     return bound

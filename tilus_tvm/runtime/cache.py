@@ -4,6 +4,11 @@ The key hashes everything a kernel depends on: the package's own source, the ker
 source, its hyper-parameters, the compile-time arguments, pointer alignment and the target.
 The directory is ``~/.cache/tilus_tvm`` unless ``TILUS_TVM_CACHE_DIR`` or :func:`set_cache_dir`
 says otherwise.
+
+A warm start (a fresh process launching a cached kernel) must not read and hash every source
+file: the digests of the package's source and of each kernel class's source are remembered in
+``<cache dir>/.memo/``, under the paths, modification times and sizes of the files they were
+read from, and recomputed only when one of those changes.
 """
 from __future__ import annotations
 
@@ -14,9 +19,10 @@ import json
 import os
 import pathlib
 import shutil
+import sys
 import tempfile
 import warnings
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import tilus_tvm
 
@@ -41,26 +47,110 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(env) if env else pathlib.Path.home() / ".cache" / "tilus_tvm"
 
 
+MEMO = ".memo"
+MEMO_ENTRIES = 512  # per memo file; the oldest go first
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _memo(name: str, stamp: str, compute: Callable[[], str]) -> str:
+    """``compute()``, remembered in ``<cache dir>/.memo/<name>.json`` under ``stamp`` (which names the
+    files ``compute`` reads, with their modification times and sizes). The memo is an optimisation:
+    when it cannot be read or written, ``compute()`` runs."""
+    path = cache_dir() / MEMO / f"{name}.json"
+    try:
+        memo = json.loads(path.read_text())
+        if not isinstance(memo, dict):
+            memo = {}
+    except (OSError, ValueError):
+        memo = {}
+    stamp = _sha256(stamp)
+    value = memo.get(stamp)
+    if isinstance(value, str):
+        return value
+    value = compute()
+    memo[stamp] = value
+    for old in list(memo)[:-MEMO_ENTRIES]:
+        del memo[old]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, staging = tempfile.mkstemp(prefix=f".{name}-", dir=path.parent)
+    except OSError:  # a read-only or unusable cache directory
+        return value
+    try:
+        with os.fdopen(handle, "w") as f:
+            json.dump(memo, f)
+        os.replace(staging, path)  # atomic: a reader sees the old memo or the new one
+    except OSError:
+        pathlib.Path(staging).unlink(missing_ok=True)
+    return value
+
+
+def _file_stamp(path: str) -> str:
+    stat = os.stat(path)
+    return f"{path}:{stat.st_mtime_ns}:{stat.st_size}"
+
+
+def _package_sources() -> list[str]:
+    root = os.path.dirname(tilus_tvm.__file__)
+    paths = []
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
+        paths += [os.path.join(directory, f) for f in sorted(files) if f.endswith(".py")]
+    return paths
+
+
 @functools.cache
 def package_fingerprint() -> str:
     """A hash of the package's source: a new compiler never reuses an old compiler's kernels."""
     root = pathlib.Path(tilus_tvm.__file__).parent
-    digest = hashlib.sha256(tilus_tvm.__version__.encode())
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    paths = _package_sources()
+
+    def digest() -> str:
+        hasher = hashlib.sha256(tilus_tvm.__version__.encode())
+        for path in paths:
+            hasher.update(pathlib.Path(path).relative_to(root).as_posix().encode())
+            hasher.update(pathlib.Path(path).read_bytes())
+        return hasher.hexdigest()
+
+    stamp = "\n".join([tilus_tvm.__version__] + [_file_stamp(path) for path in paths])
+    return _memo("package", stamp, digest)
+
+
+def source_digest(obj: Any) -> str:
+    """A hash of a class's or function's source text (its qualified name when it has no source).
+
+    Remembered under its file's modification time and size: ``inspect.getsource`` of a class parses
+    the whole module, which a warm start should not pay for."""
+    name = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
+    try:
+        path = inspect.getsourcefile(obj)
+        stamp = f"{_file_stamp(path)}:{name}" if path else None
+    except Exception:  # noqa: BLE001 - builtins, REPL classes; KeyError from TVM's inspect.getfile patch
+        stamp = None
+
+    def digest() -> str:
+        try:
+            return _sha256(inspect.getsource(obj))
+        except Exception:  # noqa: BLE001 - no source (REPL, exec, builtins): the name stands for it
+            return _sha256(name)
+
+    return digest() if stamp is None else _memo("sources", stamp, digest)
 
 
 def _value_fingerprint(value: Any) -> str:
-    """What a kernel sees of a name it uses: modules and functions by name (and source), values by repr."""
+    """What a kernel sees of a name it uses: modules by name, functions and classes by name and source
+    (the package's own by name: :func:`package_fingerprint` covers them), values by repr."""
     if inspect.ismodule(value):
         return f"module {value.__name__}"
     if inspect.isfunction(value) or inspect.isclass(value):
-        try:
-            return f"{value.__module__}.{value.__qualname__}:{inspect.getsource(value)}"
-        except Exception:  # noqa: BLE001 - builtins and classes without source
-            return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', repr(value))}"
+        name = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', repr(value))}"
+        module = getattr(value, "__module__", None) or ""
+        if module == "tilus_tvm" or module.startswith("tilus_tvm.") or module in sys.builtin_module_names:
+            return name
+        return f"{name}:{source_digest(value)}"
     return repr(value)
 
 
@@ -77,14 +167,10 @@ def closure_fingerprint(fn: Any) -> list[tuple[str, str]]:
 
 
 def kernel_key(script_cls: type, hyper_parameters: dict[str, Any], specialization: tuple, arch: str) -> str:
-    try:
-        source = inspect.getsource(script_cls)
-    except Exception:  # noqa: BLE001 - no source (REPL, exec): the key falls back to the class name
-        source = script_cls.__qualname__
     text = json.dumps({
         "package": package_fingerprint(),
         "class": f"{script_cls.__module__}.{script_cls.__qualname__}",
-        "source": source,
+        "source": source_digest(script_cls),
         "closure": closure_fingerprint(script_cls._kernel_fn),
         "hyper": sorted((k, repr(v)) for k, v in hyper_parameters.items()),
         "specialization": repr(specialization),

@@ -5,6 +5,14 @@ values of its compile-time (``int``/``float``/``bool``) arguments, which pointer
 16-byte aligned, and the target. The first call of each compiles (with a ``[Building] name``
 progress bar) or loads it from the disk cache; later calls go straight to the launch. Lowering
 itself is :mod:`tilus_tvm.pipeline`; this module compiles what it produces.
+
+A launch first tries the Script instance's :class:`~tilus_tvm.runtime.launcher.LaunchTable`
+(``script._tilus.launch_table``): one dictionary look-up by a key made of the compile-time
+arguments and the tensors' alignment, then the kernel's generated launcher. Anything else --
+the first launch of a specialisation, arguments that need checking or converting, an error --
+takes the careful path: :func:`arguments.bind` checks every argument, the kernel is found or
+built, :meth:`CompiledKernel.launch` launches it (or says why not), and the launcher is added to
+the table for the next launch with such arguments.
 """
 from __future__ import annotations
 
@@ -16,6 +24,7 @@ from tilus_tvm.lang.signature import ParamSpec
 from tilus_tvm.pipeline import Specialization, lower_specialized, signature
 from tilus_tvm.runtime import arguments, cache
 from tilus_tvm.runtime.kernel import CompiledKernel, grid_source
+from tilus_tvm.runtime.launcher import LaunchTable
 from tilus_tvm.target import resolve_arch, tvm_target
 
 
@@ -34,7 +43,8 @@ def build(script: Script, specs: list[ParamSpec], bound: arguments.BoundArgument
         meta = entry["meta"]
         return CompiledKernel(meta["name"], name, arch, specs, dict(bound.const_values), meta["grid"],
                               meta["num_threads"], meta["shared_bytes"], KernelABI.from_json(meta["abi"]),
-                              entry["cuda"], entry["tir"], library_path=entry["library"], from_cache=True)
+                              entry["cuda"], entry["tir"], library_path=entry["library"], from_cache=True,
+                              aligned=bound.aligned)
     import tvm
     from tqdm import tqdm
 
@@ -55,7 +65,7 @@ def build(script: Script, specs: list[ParamSpec], bound: arguments.BoundArgument
     library = cache.store_entry(key, executable, tir_text, cuda_source, meta)
     kernel = CompiledKernel(func.name, name, arch, specs, dict(bound.const_values), grid, func.num_threads,
                             func.shared_bytes, lowered.abi, cuda_source, tir_text, executable=executable,
-                            library_path=library)
+                            library_path=library, aligned=bound.aligned)
     kernel._prim_func = lowered.prim_func
     return kernel
 
@@ -71,9 +81,24 @@ def _kernel_for(script: Script, bound: arguments.BoundArguments, target: Any) ->
 
 
 def launch(script: Script, args: tuple) -> None:
+    try:
+        return script._tilus.launch_table.dispatch(*args)
+    except Exception:  # noqa: BLE001 - no table yet, a new key, refused arguments: the careful path says why
+        pass
+    launch_carefully(script, args)
+
+
+def launch_carefully(script: Script, args: tuple) -> None:
+    """Check every argument, find or build the kernel, launch it, and remember its launcher."""
     specs = signature(type(script))
     bound = arguments.bind(specs, args, type(script).__name__, require_cuda=True)
-    _kernel_for(script, bound, None).launch(bound)
+    kernel = _kernel_for(script, bound, None)
+    kernel.launch(bound)
+    state = script._tilus
+    table = getattr(state, "launch_table", None)
+    if table is None:
+        table = state.launch_table = LaunchTable(specs)
+    table.add(args, kernel.launcher())
 
 
 def compile_for(script: Script, args: tuple, target: Any) -> CompiledKernel:

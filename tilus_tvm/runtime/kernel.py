@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -10,8 +12,10 @@ from tilus_tvm.errors import CompileError, LaunchError
 from tilus_tvm.ir.scalar import expr_to_python
 from tilus_tvm.lang.signature import ParamSpec
 from tilus_tvm.runtime import arguments
+from tilus_tvm.runtime.launcher import MAX_GRID, LaunchTable, make_launcher
 
-MAX_GRID = (2**31 - 1, 65535, 65535)
+# TVM's entry code names the failing argument by position: "Mismatched A.shape[0] on argument #1 when calling: ..."
+_TVM_ARGUMENT = re.compile(r"on argument #(\d+)")
 
 
 def grid_source(blocks: tuple[Any, ...], specs: list[ParamSpec]) -> str:
@@ -30,7 +34,8 @@ class CompiledKernel:
     ``ptx`` the PTX (compiled with nvcc on first access), ``export(path)`` writes a shared library
     that :func:`tilus_tvm.load_kernel` (or ``tvm.runtime.load_module``) loads without recompiling.
     Calling it launches the kernel on the current CUDA stream with the same arguments as the
-    Script (compile-time arguments must equal the ones it was compiled for).
+    Script (compile-time arguments must equal the ones it was compiled for, and pointers it was
+    compiled to find 16-byte aligned must be).
     """
 
     name: str
@@ -47,10 +52,13 @@ class CompiledKernel:
     executable: Any = None  # tvm.runtime.Executable when compiled in this process
     library_path: Optional[str] = None  # the exported .so, when it exists on disk
     from_cache: bool = False
+    aligned: Optional[frozenset] = None  # pointers compiled as 16-byte aligned (None: not recorded)
     _prim_func: Any = field(default=None, repr=False)
     _ptx: Optional[str] = field(default=None, repr=False)
     _function: Any = field(default=None, repr=False)
     _grid: Any = field(default=None, repr=False)
+    _launcher: Any = field(default=None, repr=False)  # launcher.make_launcher's, False when it has none
+    _table: Optional[LaunchTable] = field(default=None, repr=False)  # for calls of the kernel itself
 
     @property
     def target(self):
@@ -101,7 +109,7 @@ class CompiledKernel:
                        for s in self.specs],
             "const_values": self.const_values, "grid": self.grid_source, "num_threads": self.num_threads,
             "shared_bytes": self.shared_bytes, "abi": self.abi.to_json(), "cuda_source": self.cuda_source,
-            "tir": self.tir_text,
+            "tir": self.tir_text, "aligned": None if self.aligned is None else sorted(self.aligned),
         }
 
     # --- launching ------------------------------------------------------------------------------
@@ -115,22 +123,46 @@ class CompiledKernel:
             if self.executable is not None:
                 module = self.executable.mod
             elif self.library_path is not None:
-                import tvm
+                from tilus_tvm.runtime.library import load_library
 
-                module = tvm.runtime.load_module(self.library_path)
+                module = load_library(self.library_path)  # without importing TVM's Python package
             else:
                 raise LaunchError(f"kernel {self.display_name} has no compiled module")
             self._function = module[self.name]
         return self._function
 
+    def launcher(self):
+        """The generated fast launcher (:mod:`tilus_tvm.runtime.launcher`), or None when it has none."""
+        if self._launcher is None:
+            self._launcher = make_launcher(self.specs, self.abi.params, self.grid_source, self.function()) or False
+        return self._launcher or None
+
     def __call__(self, *args: Any) -> None:
+        if self._table is not None:
+            try:
+                return self._table.dispatch(*args)
+            except Exception:  # noqa: BLE001 - not seen before, or refused: the careful path says why
+                pass
         bound = arguments.bind(self.specs, args, self.name, require_cuda=True)
         for name, value in self.const_values.items():
             if bound.const_values[name] != value:
-                raise LaunchError(f"{self.display_name} was compiled for {name}={value!r}, got {bound.const_values[name]!r}")
+                raise LaunchError(f"{self.display_name} was compiled for {name}={value!r}, "
+                                  f"got {bound.const_values[name]!r}")
+        unaligned = sorted((self.aligned or frozenset()) - bound.aligned)
+        if unaligned:
+            raise LaunchError(f"{self.display_name} was compiled for a 16-byte aligned {unaligned[0]} (vector "
+                              f"accesses), the tensor given starts at an address that is not; launch the Script "
+                              f"instead (it compiles a kernel for it) or pass an aligned tensor")
         self.launch(bound)
+        if self._table is None:
+            self._table = LaunchTable(self.specs)
+        self._table.add(args, self.launcher())
 
     def launch(self, bound: "arguments.BoundArguments") -> None:
+        """The careful launch, for arguments :func:`arguments.bind` accepted: the grid is checked, and
+        when the compiled function refuses a tensor, the error names the argument and the shape it
+        expected -- or, for a contiguous tensor whose storage holds the expected shape from its data
+        pointer (Tilus pointers are raw pointers), the tensor is read as that shape."""
         grid = self.grid(bound.scalars)
         for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID)):
             if extent < 0 or extent > limit:
@@ -138,19 +170,91 @@ class CompiledKernel:
                                   f"[0, {limit}] (grid {self.grid_source})")
         if 0 in grid:
             return  # nothing to do, and CUDA rejects an empty grid
+        args = self.call_args(bound)
+        function = self.function()
+        for _ in range(len(args) + 1):
+            try:
+                return self._call(function, args, bound)
+            except Exception as exc:  # noqa: BLE001 - TVM raises ValueError, TypeError, RuntimeError...
+                index = _failed_argument(exc, len(args))
+                if index is None:
+                    raise
+                args[index] = self._repair(index, args[index], bound, exc)
+        raise LaunchError(f"{self.display_name}: the compiled function kept refusing its arguments")
+
+    def _call(self, function, args: list[Any], bound: "arguments.BoundArguments") -> None:
+        if any(param.kind == "tensor" for param in self.abi.params):
+            function(*args)  # tvm-ffi takes torch's current stream from the tensors (see launcher.py)
+            return
         import torch
         import tvm_ffi
 
-        device = bound.device
-        stream = torch.cuda.current_stream(device).cuda_stream
-        with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", device), stream):
-            self.function()(*self.call_args(bound))
+        stream = torch.cuda.current_stream(bound.device).cuda_stream
+        with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", bound.device), stream):
+            function(*args)
+
+    def expected_shape(self, param: Any, scalars: list[Any]) -> tuple[int, ...]:
+        """The shape of a shaped tensor parameter (``abi`` text) with the scalar arguments' values."""
+        names = {spec.name: value for spec, value in zip([s for s in self.specs if s.kind == "scalar"], scalars)}
+        namespace = {"__builtins__": {}, "int": int, "min": min, "max": max}
+        return tuple(int(eval(dim, namespace, names)) for dim in param.shape)  # noqa: S307 - kernel_abi wrote it
+
+    def _repair(self, index: int, value: Any, bound: "arguments.BoundArguments", exc: Exception) -> Any:
+        """What to pass instead of argument ``index`` that the compiled function refused, or a LaunchError."""
+        param = self.abi.params[index]
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        where = f"{self.display_name}: argument {param.name}"
+        if param.kind != "tensor" or param.shape is None:
+            raise LaunchError(f"{where} was refused by the compiled function: {reason}") from exc
+        expected = self.expected_shape(param, bound.scalars)
+        text = f"({', '.join(param.shape)})" + (f" = {expected}" if tuple(param.shape) != tuple(map(str, expected))
+                                                else "")
+        shape = tuple(value.shape)
+        if shape == expected and not value.is_contiguous():
+            raise LaunchError(f"{where} has the expected shape {text} but is not contiguous (strides "
+                              f"{tuple(value.stride())}); the kernel reads a row-major array from its data "
+                              f"pointer: pass {param.name}.contiguous()") from exc
+        if shape == expected:
+            raise LaunchError(f"{where} was refused by the compiled function: {reason}") from exc
+        needed = math.prod(expected)
+        available = _elements_from_data_pointer(value)
+        if not value.is_contiguous():
+            raise LaunchError(f"{where} has shape {shape}, the kernel expects {text}; a tensor of another shape "
+                              f"is read as the expected shape from its data pointer only when it is contiguous "
+                              f"(its strides are {tuple(value.stride())})") from exc
+        if available < needed:
+            raise LaunchError(f"{where} has shape {shape}, the kernel expects {text}: {needed} elements from "
+                              f"its data pointer, its storage holds {available}") from exc
+        return value.as_strided(expected, _row_major_strides(expected))
 
     def call_args(self, bound: "arguments.BoundArguments") -> list[Any]:
         """What the compiled function receives: scalars, tensors for shaped buffers, flat views for
         flat ones (the compiled function checks shapes against the scalars)."""
         return [value if param.kind == "scalar" or param.shape is not None else arguments.flat_view(value)
                 for param, value in zip(self.abi.params, bound.call_args)]
+
+
+def _failed_argument(exc: Exception, count: int) -> Optional[int]:
+    """The position of the argument the compiled function's entry check refused, if it says so."""
+    match = _TVM_ARGUMENT.search(str(exc))
+    if match is None or int(match.group(1)) >= count:
+        return None
+    return int(match.group(1))
+
+
+def _elements_from_data_pointer(tensor) -> int:
+    """Elements of the tensor's dtype between its data pointer and the end of its storage."""
+    storage = tensor.untyped_storage()
+    offset = tensor.data_ptr() - storage.data_ptr()
+    return (storage.nbytes() - offset) // tensor.element_size()
+
+
+def _row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
 
 
 def _annotation(kind: str, text: str) -> Any:
@@ -174,7 +278,8 @@ def load_kernel(path: str) -> CompiledKernel:
         raise LaunchError(f"load_kernel: {path}.json (written by export) is missing: {exc}") from exc
     specs = [ParamSpec(name, kind, _annotation(kind, text)) for name, kind, text in meta["params"]]
     arch = check_arch(meta["arch"])
+    aligned = meta.get("aligned")  # absent in descriptions written before it was recorded
     return CompiledKernel(meta["name"], meta["display_name"], arch, specs, meta["const_values"],
                           meta["grid"], meta["num_threads"], meta["shared_bytes"], KernelABI.from_json(meta["abi"]),
-                          meta["cuda_source"],
-                          meta["tir"], library_path=str(path))
+                          meta["cuda_source"], meta["tir"], library_path=str(path),
+                          aligned=None if aligned is None else frozenset(aligned))

@@ -6,9 +6,9 @@
     class MyKernel(tilus.Script):
         def __call__(self, n: int32, x: ~float32): ...
 """
-from tilus_tvm import layout, utils
+from tilus_tvm import layout, option, utils
 from tilus_tvm.dtypes import (DataType, PointerType, bfloat16, boolean, float16, float32, float64, int8, int16,
-                              int32, int64, uint8, uint16, uint32, uint64)
+                              int32, int64, uint8, uint16, uint32, uint64, void)
 from tilus_tvm.errors import CompileError, LaunchError, LayoutError, ScriptError, TilusError
 from tilus_tvm.lang.script import Script
 from tilus_tvm.runtime.cache import set_cache_dir

@@ -175,6 +175,28 @@ class PointerType:
         return f"~{self.dtype.name}"
 
 
+class VoidType:
+    """``void``: ``~void`` annotates a pointer parameter that takes a tensor of any dtype in the table.
+
+    The tensor's dtype becomes part of the kernel's specialisation (one compiled kernel per dtype),
+    and ``self.global_view(ptr, dtype=...)`` inside the kernel must name it.
+    """
+
+    name = "void"
+
+    def __invert__(self) -> PointerType:
+        return PointerType(self)
+
+    def __repr__(self) -> str:
+        return "void"
+
+    def __reduce__(self):
+        return "void"
+
+
+void = VoidType()
+
+
 # ---- the table ------------------------------------------------------------------------------
 _BY_NAME: dict[str, DataType] = {}
 # other spellings of registered types: TVM dtype strings, torch and numpy dtype names

@@ -33,10 +33,7 @@ class Specialization:
     const_values: tuple[tuple[str, Any], ...]
     aligned: frozenset
     arch: str
-
-    @property
-    def key(self) -> tuple:
-        return self.const_values, tuple(sorted(self.aligned))
+    pointer_dtypes: tuple[tuple[str, Any], ...] = ()  # the tensors' dtypes of ~void parameters
 
 
 @dataclass
@@ -110,7 +107,7 @@ def run_passes(script: Script, specs: list[ParamSpec], spec: Specialization) -> 
     from tilus_tvm.ir.verifier import verify
     from tilus_tvm.lang.transpile import transpile
 
-    func = transpile(script, specs, dict(spec.const_values), spec.aligned, spec.arch)
+    func = transpile(script, specs, dict(spec.const_values), spec.aligned, spec.arch, dict(spec.pointer_dtypes))
     state = LoweredKernel(func, None, None, specs)
     dumper = _Dumper(func.name)
     checking = option.get_option("debug.verify")
@@ -141,12 +138,13 @@ def specialize(script: Script, args: tuple, target: Any = None) -> tuple[list[Pa
 
     Tensors may live anywhere (``device="meta"`` included): only their dtype and alignment matter.
     """
-    from tilus_tvm.runtime.arguments import bind
+    from tilus_tvm.lang.arguments import bind
     from tilus_tvm.target import resolve_arch
 
     specs = signature(type(script))
     bound = bind(specs, args, type(script).__name__, require_cuda=False)
-    return specs, Specialization(tuple(bound.const_values.items()), bound.aligned, resolve_arch(target))
+    return specs, Specialization(tuple(bound.const_values.items()), bound.aligned, resolve_arch(target),
+                                 tuple(bound.pointer_dtypes.items()))
 
 
 def tile_program(script: Script, args: tuple, target: Any = None):

@@ -150,7 +150,7 @@ def test_script_errors_name_the_problem_and_the_line(case):
 def test_launch_refuses_cpu_tensors(monkeypatch):
     # with a GPU present the CPU tensor is named; on a machine without one, the missing GPU is
     # (tests/runtime/test_launch.py)
-    monkeypatch.setattr("tilus_tvm.runtime.arguments.cuda_available", lambda: True)
+    monkeypatch.setattr("tilus_tvm.lang.arguments.cuda_available", lambda: True)
     kernel = load_tutorial("02_add_one").AddOneKernel(128, 4)
     a = torch.arange(16, dtype=torch.float32)
     with pytest.raises(tilus.LaunchError, match="argument a_ptr is a tensor on cpu"):

@@ -14,7 +14,8 @@ import torch
 import tilus_tvm as tilus
 from tests.helpers import load_tutorial
 from tests.lang import kernels as K
-from tilus_tvm.runtime import arguments, jit, launcher
+from tilus_tvm.lang import arguments
+from tilus_tvm.runtime import jit, launcher
 from tilus_tvm.runtime.kernel import CompiledKernel
 
 

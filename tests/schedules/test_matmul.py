@@ -66,6 +66,16 @@ def test_inferred_swizzles_make_copies_and_ldmatrix_conflict_free():
     assert all(t.layout.swizzle is not None for t in shared)
 
 
+def test_bfloat16_uses_bf16_mma_and_a_dtype_mismatch_is_named():
+    from tilus_tvm import bfloat16
+
+    z = torch.zeros(128, 128, dtype=torch.bfloat16)
+    ptx = Matmul(dtype=bfloat16).compile(128, 128, 128, z, z, z, target="sm_80").ptx
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
+    with pytest.raises(ScriptError, match="dtype float16 differs from the pointer's element type bfloat16"):
+        Matmul().compile(128, 128, 128, z, z, z, target="sm_80")
+
+
 def test_bad_configurations_are_refused():
     with pytest.raises(ScriptError, match="stages must be at least 2"):
         Matmul(stages=1)
@@ -83,15 +93,18 @@ def test_matmul_function_checks_shapes():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("b_layout", ["row", "col"])
 @pytest.mark.parametrize("shape", [(4096, 4096, 4096), (1, 4096, 4096), (127, 255, 63), (1000, 1000, 1000),
                                    (4095, 4097, 1031)])
-def test_matmul_matches_torch(shape, b_layout):
+def test_matmul_matches_torch(shape, b_layout, dtype):
+    from tilus_tvm.dtypes import as_dtype
+
     m, n, k = shape
-    a = torch.randn(m, k, dtype=torch.float16, device="cuda")
-    b = torch.randn(k, n, dtype=torch.float16, device="cuda")
-    c = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
-    Matmul(b_layout=b_layout)(m, n, k, a, b.t().contiguous() if b_layout == "col" else b, c)
+    a = torch.randn(m, k, dtype=dtype, device="cuda")
+    b = torch.randn(k, n, dtype=dtype, device="cuda")
+    c = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+    Matmul(b_layout=b_layout, dtype=as_dtype(dtype))(m, n, k, a, b.t().contiguous() if b_layout == "col" else b, c)
     expected = (a.float() @ b.float())
     assert not torch.isnan(c).any()
     torch.testing.assert_close(c.float(), expected, atol=0.05 * math.sqrt(k), rtol=1e-2)
@@ -109,7 +122,10 @@ def test_matmul_configurations(config):
 
 
 @pytest.mark.gpu
-def test_matmul_function():
-    a = torch.randn(77, 256, dtype=torch.float16, device="cuda")
-    b = torch.randn(256, 96, dtype=torch.float16, device="cuda")
-    torch.testing.assert_close(matmul(a, b).float(), a.float() @ b.float(), atol=0.5, rtol=1e-2)
+@pytest.mark.parametrize("m", [1, 16, 77, 300])
+def test_matmul_function(m):
+    a = torch.randn(m, 256, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(96, 256, dtype=torch.bfloat16, device="cuda")
+    expected = a.float() @ w.float().t()
+    torch.testing.assert_close(matmul(a, w.t()).float(), expected, atol=0.5, rtol=2e-2)  # b column-major
+    torch.testing.assert_close(matmul(a, w.t().contiguous()).float(), expected, atol=0.5, rtol=2e-2)

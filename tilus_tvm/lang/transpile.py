@@ -16,7 +16,8 @@ from tilus_tvm.lang.script import Attributes, Dim3, Script
 from tilus_tvm.lang.signature import ParamSpec
 
 
-def make_params(specs: list[ParamSpec], const_values: Mapping[str, Any]) -> tuple[list[Param], dict[str, Any]]:
+def make_params(specs: list[ParamSpec], const_values: Mapping[str, Any],
+                pointer_dtypes: Mapping[str, Any] = None) -> tuple[list[Param], dict[str, Any]]:
     """The IR parameters and the values their names have inside the kernel body."""
     params, bindings = [], {}
     for spec in specs:
@@ -27,19 +28,23 @@ def make_params(specs: list[ParamSpec], const_values: Mapping[str, Any]) -> tupl
             param = Param(spec.name, "scalar", spec.dtype, var=tirx.Var(c_identifier(spec.name), spec.dtype.name))
             bindings[spec.name] = param.var
         else:
+            dtype = (pointer_dtypes or {}).get(spec.name, spec.dtype)  # a ~void parameter: its tensor's dtype
+            if dtype.name == "void":
+                raise ScriptError(f"pointer parameter {spec.name} is ~void; give a tensor to learn its dtype")
             numel = tirx.Var(f"{spec.name}_numel", "int32")  # kernels index with int32 (checked at launch)
-            buffer = tirx.decl_buffer((numel,), spec.dtype.name, c_identifier(spec.name))
-            param = Param(spec.name, "pointer", spec.dtype, buffer=buffer)
+            buffer = tirx.decl_buffer((numel,), dtype.tvm_name or dtype.name, c_identifier(spec.name))
+            param = Param(spec.name, "pointer", dtype, buffer=buffer)
             bindings[spec.name] = PointerValue(param)
         params.append(param)
     return params, bindings
 
 
 def transpile(script: Script, specs: list[ParamSpec], const_values: Mapping[str, Any],
-              aligned_pointers: frozenset = frozenset(), arch: str = "sm_80") -> Function:
+              aligned_pointers: frozenset = frozenset(), arch: str = "sm_80",
+              pointer_dtypes: Mapping[str, Any] = None) -> Function:
     """Translate ``script.__call__`` for one specialisation into a tile-IR :class:`Function`."""
     cls = type(script)
-    params, bindings = make_params(specs, const_values)
+    params, bindings = make_params(specs, const_values, pointer_dtypes)
     state = script._tilus
     state.attrs = Attributes()
     block_ivs = block_iter_vars()

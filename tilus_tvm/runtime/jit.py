@@ -22,15 +22,16 @@ from tilus_tvm.errors import CompileError
 from tilus_tvm.lang.script import Script
 from tilus_tvm.lang.signature import ParamSpec
 from tilus_tvm.pipeline import Specialization, lower_specialized, signature
-from tilus_tvm.runtime import arguments, cache
+from tilus_tvm.lang import arguments
+from tilus_tvm.runtime import cache
 from tilus_tvm.runtime.kernel import CompiledKernel, grid_source
 from tilus_tvm.runtime.launcher import LaunchTable
 from tilus_tvm.target import resolve_arch, tvm_target
 
 
 def display_name(script: Script, bound: arguments.BoundArguments) -> str:
-    parts = [type(script).kernel_name()] + [str(v) for v in bound.const_values.values()]
-    return "-".join(parts)
+    parts = [type(script).kernel_name()] + [dtype.name for dtype in bound.pointer_dtypes.values()]
+    return "-".join(parts + [str(v) for v in bound.const_values.values()])
 
 
 def build(script: Script, specs: list[ParamSpec], bound: arguments.BoundArguments, arch: str) -> CompiledKernel:
@@ -44,12 +45,13 @@ def build(script: Script, specs: list[ParamSpec], bound: arguments.BoundArgument
         return CompiledKernel(meta["name"], name, arch, specs, dict(bound.const_values), meta["grid"],
                               meta["num_threads"], meta["shared_bytes"], KernelABI.from_json(meta["abi"]),
                               entry["cuda"], entry["tir"], library_path=entry["library"], from_cache=True,
-                              aligned=bound.aligned)
+                              aligned=bound.aligned, pointer_dtypes=dict(bound.pointer_dtypes))
     import tvm
     from tqdm import tqdm
 
     with tqdm(total=1, desc=f"[Building] {name}", leave=False) as progress:
-        spec = Specialization(tuple(bound.const_values.items()), bound.aligned, arch)
+        spec = Specialization(tuple(bound.const_values.items()), bound.aligned, arch,
+                              tuple(bound.pointer_dtypes.items()))
         lowered = lower_specialized(script, specs, spec)
         try:
             executable = tvm.compile(lowered.prim_func, target=tvm_target(arch), tir_pipeline="tirx")
@@ -65,7 +67,7 @@ def build(script: Script, specs: list[ParamSpec], bound: arguments.BoundArgument
     library = cache.store_entry(key, executable, tir_text, cuda_source, meta)
     kernel = CompiledKernel(func.name, name, arch, specs, dict(bound.const_values), grid, func.num_threads,
                             func.shared_bytes, lowered.abi, cuda_source, tir_text, executable=executable,
-                            library_path=library, aligned=bound.aligned)
+                            library_path=library, aligned=bound.aligned, pointer_dtypes=dict(bound.pointer_dtypes))
     kernel._prim_func = lowered.prim_func
     return kernel
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 from tilus_tvm.errors import CompileError, LaunchError
 from tilus_tvm.ir.scalar import expr_to_python
 from tilus_tvm.lang.signature import ParamSpec
-from tilus_tvm.runtime import arguments
+from tilus_tvm.lang import arguments
 from tilus_tvm.runtime.launcher import MAX_GRID, LaunchTable, make_launcher
 
 # TVM's entry code names the failing argument by position: "Mismatched A.shape[0] on argument #1 when calling: ..."
@@ -52,6 +52,7 @@ class CompiledKernel:
     executable: Any = None  # tvm.runtime.Executable when compiled in this process
     library_path: Optional[str] = None  # the exported .so, when it exists on disk
     from_cache: bool = False
+    pointer_dtypes: dict = field(default_factory=dict)  # ~void parameters: the dtypes compiled for
     aligned: Optional[frozenset] = None  # pointers compiled as 16-byte aligned (None: not recorded)
     _prim_func: Any = field(default=None, repr=False)
     _ptx: Optional[str] = field(default=None, repr=False)
@@ -105,7 +106,8 @@ class CompiledKernel:
         """Everything but the library: what load_kernel needs to launch it again."""
         return {
             "name": self.name, "display_name": self.display_name, "arch": self.arch,
-            "params": [[s.name, s.kind, s.annotation.__name__ if s.kind == "const" else repr(s.annotation)]
+            "params": [[s.name, s.kind, s.annotation.__name__ if s.kind == "const" else
+                        f"~{self.pointer_dtypes[s.name].name}" if s.name in self.pointer_dtypes else repr(s.annotation)]
                        for s in self.specs],
             "const_values": self.const_values, "grid": self.grid_source, "num_threads": self.num_threads,
             "shared_bytes": self.shared_bytes, "abi": self.abi.to_json(), "cuda_source": self.cuda_source,

@@ -43,7 +43,7 @@ import math
 from typing import Any, Callable, Optional
 
 from tilus_tvm.lang.signature import ParamSpec
-from tilus_tvm.runtime.arguments import MAX_INDEX, VECTOR_ALIGNMENT, flat_view
+from tilus_tvm.lang.arguments import MAX_INDEX, VECTOR_ALIGNMENT, flat_view
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
 
@@ -76,6 +76,8 @@ def key_source(specs: list[ParamSpec]) -> str:
             parts += [name, f"{name}.__class__"]
         elif spec.kind == "pointer":
             parts.append(f"{name}.data_ptr() % {VECTOR_ALIGNMENT} == 0")
+            if spec.dtype.name == "void":  # a ~void parameter: one kernel per tensor dtype
+                parts.append(f"{name}.dtype")
     return "(" + "".join(f"{p}, " for p in parts) + ")"
 
 

@@ -1,5 +1,8 @@
 """``Matmul``: a pipelined tensor-core matmul, ``c = a @ b`` in float16 or bfloat16.
 
+The pointers are ``~void``: the tensors' dtype is part of the specialisation and must be the
+kernel's ``dtype``.
+
 Each block computes a ``block_m x block_n`` tile of ``c``. Its ``stages``-deep pipeline keeps
 ``stages - 1`` pairs of ``a`` and ``b`` tiles in flight: ``copy_async`` (``cp.async``, 16 bytes a
 thread, zero-filled at the matrix edges) brings them into swizzled shared memory, ``load_shared``
@@ -15,7 +18,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import tilus_tvm as tilus
-from tilus_tvm import bfloat16, float16, float32, int32
+from tilus_tvm import bfloat16, float16, float32, int32, void
+from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
 
 
@@ -28,8 +32,12 @@ class Matmul(tilus.Script):
     """
 
     def __init__(self, block_m: int = 128, block_n: int = 128, block_k: int = 32, warps: int = 8,
-                 stages: int = 4, min_blocks: int = 1, b_layout: str = "row"):
+                 stages: int = 4, min_blocks: int = 1, b_layout: str = "row", dtype: Any = float16):
         super().__init__()
+        dtype = as_dtype(dtype)
+        if dtype not in (float16, bfloat16):
+            raise ScriptError(f"Matmul: dtype must be float16 or bfloat16, got {dtype.name}")
+        self.dtype = dtype
         if stages < 2:
             raise ScriptError(f"Matmul: stages must be at least 2, got {stages}")
         if b_layout not in ("row", "col"):
@@ -40,26 +48,26 @@ class Matmul(tilus.Script):
         self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
         self.warps, self.stages, self.min_blocks, self.b_layout = warps, stages, min_blocks, b_layout
 
-    def __call__(self, m_size: int32, n_size: int, k_size: int, a_ptr: ~float16, b_ptr: ~float16,
-                 c_ptr: ~float16):
+    def __call__(self, m_size: int32, n_size: int, k_size: int, a_ptr: ~void, b_ptr: ~void, c_ptr: ~void):
         bm, bn, bk, stages = self.block_m, self.block_n, self.block_k, self.stages
         self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(n_size, bn)]
         self.attrs.warps = self.warps
         self.attrs.min_blocks_per_sm = self.min_blocks
         offset_m: int32 = bm * self.blockIdx.x
         offset_n: int32 = bn * self.blockIdx.y
-        ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+        dtype = self.dtype
+        ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, k_size])
         col = self.b_layout == "col"  # b stored [n, k]: its tiles are read through a transposed view
         if col:
-            gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+            gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size])
         else:
-            gb = self.global_view(b_ptr, dtype=float16, shape=[k_size, n_size])
-        gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
-        sa = self.shared_tensor(dtype=float16, shape=[stages, bm, bk])
+            gb = self.global_view(b_ptr, dtype=dtype, shape=[k_size, n_size])
+        gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])
+        sa = self.shared_tensor(dtype=dtype, shape=[stages, bm, bk])
         if col:
-            sb = self.shared_tensor(dtype=float16, shape=[stages, bn, bk])
+            sb = self.shared_tensor(dtype=dtype, shape=[stages, bn, bk])
         else:
-            sb = self.shared_tensor(dtype=float16, shape=[stages, bk, bn])
+            sb = self.shared_tensor(dtype=dtype, shape=[stages, bk, bn])
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
         num_k = (k_size + bk - 1) // bk
         steps = bk // 16  # mma k-steps per tile
@@ -94,7 +102,7 @@ class Matmul(tilus.Script):
                 self.dot(a, b, acc, out=acc)
                 a = a_next
                 b = b_next
-        self.store_global(gc, acc.to(float16), offsets=[offset_m, offset_n])
+        self.store_global(gc, acc.to(dtype), offsets=[offset_m, offset_n])
 
 
     def b_tile(self, stage_tile):
@@ -103,24 +111,41 @@ class Matmul(tilus.Script):
 
 
 def matmul(a: Any, b: Any, out: Optional[Any] = None) -> Any:
-    """``a @ b`` for float16 CUDA tensors ``a`` [m, k] and ``b`` [k, n] (row-major), into ``out``."""
+    """``a @ b`` for float16 or bfloat16 CUDA tensors ``a`` [m, k] and ``b`` [k, n], into ``out`` (new if None).
+
+    ``b`` may be row-major or the transpose of a row-major [n, k] tensor (``w.t()``, as in
+    ``x @ w.t()``); other strides are made contiguous first. The configuration comes from a small
+    table by ``m`` (measured on an H100; see ``scripts/bench_matmul.py``).
+    """
     import torch
 
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise LaunchError(f"matmul: a {list(a.shape)} and b {list(b.shape)} must be [m, k] and [k, n]")
+    if a.dtype != b.dtype or a.dtype not in (torch.float16, torch.bfloat16):
+        raise LaunchError(f"matmul: a and b must both be float16 or both bfloat16, got {a.dtype} and {b.dtype}")
     m, k = a.shape
     n = b.shape[1]
     if out is None:
         out = torch.empty(m, n, dtype=a.dtype, device=a.device)
-    _kernel_for(m, n, k)(m, n, k, a.contiguous(), b.contiguous(), out)
+    elif tuple(out.shape) != (m, n) or out.dtype != a.dtype or not out.is_contiguous():
+        raise LaunchError(f"matmul: out must be a contiguous {a.dtype} tensor of shape [{m}, {n}], got "
+                          f"{out.dtype} {list(out.shape)}")
+    column_major = b.stride() == (1, k) and not b.is_contiguous()
+    b_layout = "col" if column_major else "row"
+    b_arg = b.t() if column_major else b.contiguous()
+    kernel_for(m, a.dtype, b_layout)(m, n, k, a.contiguous(), b_arg, out)
     return out
 
 
+# (block_m, block_n, block_k, warps, stages, min_blocks) by the largest m it serves
+CONFIGS = ((16, (16, 128, 64, 4, 4, 1)), (64, (64, 128, 64, 4, 4, 1)), (None, (128, 256, 32, 8, 4, 1)))
 _KERNELS: dict = {}
 
 
-def _kernel_for(m: int, n: int, k: int) -> Matmul:
-    config = (128, 128, 32, 8, 4) if m > 64 else (64, 128, 64, 4, 4)
-    if config not in _KERNELS:
-        _KERNELS[config] = Matmul(*config)
-    return _KERNELS[config]
+def kernel_for(m: int, dtype: Any, b_layout: str = "row") -> Matmul:
+    """The ``Matmul`` that :func:`matmul` uses for ``m`` rows."""
+    config = next(c for limit, c in CONFIGS if limit is None or m <= limit)
+    key = (config, str(dtype), b_layout)
+    if key not in _KERNELS:
+        _KERNELS[key] = Matmul(*config, b_layout=b_layout, dtype=bfloat16 if "bfloat16" in str(dtype) else float16)
+    return _KERNELS[key]

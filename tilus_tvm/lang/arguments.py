@@ -13,7 +13,8 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from tilus_tvm.errors import LaunchError
+from tilus_tvm.dtypes import as_dtype, void
+from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.lang.signature import ParamSpec
 
 VECTOR_ALIGNMENT = 16
@@ -27,11 +28,13 @@ class BoundArguments:
     call_args: list[Any] = field(default_factory=list)  # run-time scalars and tensors, in parameter order
     device: Optional[int] = None
     aligned: frozenset = frozenset()  # pointer parameters whose data is 16-byte aligned
+    pointer_dtypes: dict[str, Any] = field(default_factory=dict)  # ~void parameters: their tensors' dtypes
 
     @property
     def key(self) -> tuple:
-        """What selects a specialisation: compile-time values and pointer alignment."""
-        return tuple(self.const_values.items()), tuple(sorted(self.aligned))
+        """What selects a specialisation: compile-time values, pointer alignment, ``~void`` dtypes."""
+        return (tuple(self.const_values.items()), tuple(sorted(self.aligned)),
+                tuple(sorted((name, dtype.name) for name, dtype in self.pointer_dtypes.items())))
 
 
 def describe_signature(specs: list[ParamSpec]) -> str:
@@ -126,7 +129,13 @@ def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -
             if not isinstance(value, torch.Tensor):
                 raise LaunchError(f"{kernel}: argument {spec.name} (~{spec.dtype.name}) must be a torch tensor, got "
                                   f"{type(value).__name__}")
-            if value.dtype != spec.dtype.torch_dtype:
+            if spec.dtype is void:
+                try:
+                    bound.pointer_dtypes[spec.name] = as_dtype(value.dtype)
+                except ScriptError:
+                    raise LaunchError(f"{kernel}: argument {spec.name} (~void) is a {value.dtype} tensor, which has "
+                                      f"no tilus-tvm dtype") from None
+            elif value.dtype != spec.dtype.torch_dtype:
                 raise LaunchError(f"{kernel}: argument {spec.name} must be a {spec.dtype.name} tensor "
                                   f"(~{spec.dtype.name}), got {value.dtype}")
             if require_cuda:

@@ -50,6 +50,9 @@ def main():
     except tilus.LaunchError as err:
         print("refused:", err)
 
+    if not torch.cuda.is_available():
+        print("no CUDA GPU here: the kernel compiles (kernel.compile(n, a, b, target='sm_90')) but cannot run")
+        return
     a, b = a.cuda(), b.cuda()
     kernel(n, a, b)
 

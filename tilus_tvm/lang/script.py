@@ -111,6 +111,7 @@ class _ScriptState:
         self.attrs = Attributes()
         self.block_idx: Optional[Dim3] = None
         self.builder = None  # the tilus_tvm.ir.builder.Builder of the translation in progress
+        self.launch_table = None  # tilus_tvm.runtime.launcher.LaunchTable, made at the first launch
         self.kernels: dict = {}
 
 
@@ -159,8 +160,7 @@ class Script(MemoryInstructions, ComputeInstructions):
 
     # --- outside the kernel ---------------------------------------------------------------------
     def _launch(self, *args: Any) -> None:
-        from tilus_tvm.runtime.jit import launch
-
+        launch = _RUNTIME_LAUNCH or _load_runtime_launch()
         launch(self, args)
 
     def compile(self, *args: Any, target: Any = None):
@@ -225,3 +225,14 @@ def _inspection_target(target: Any) -> Any:
     except ImportError:
         pass
     return "sm_80"
+
+
+_RUNTIME_LAUNCH = None  # tilus_tvm.runtime.jit.launch, imported at the first launch (it imports the runtime)
+
+
+def _load_runtime_launch():
+    global _RUNTIME_LAUNCH
+    from tilus_tvm.runtime.jit import launch
+
+    _RUNTIME_LAUNCH = launch
+    return launch

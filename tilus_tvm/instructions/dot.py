@@ -27,11 +27,13 @@ from tilus_tvm.layout.register import RegisterLayout, compose, local, register_l
 from tilus_tvm.passes.layout_choice import replication
 
 
-def _warp_grid(m_tiles: int, n_tiles: int, units: int) -> tuple[int, int, int]:
-    """Split ``units`` (warps or threads) into a (rows, cols) grid over an m_tiles x n_tiles tile grid.
+def _warp_grid(m_tiles: int, n_tiles: int, units: int, tile_m: int = 1, tile_n: int = 1) -> tuple[int, int, int]:
+    """Split ``units`` (warps or threads) into a (rows, cols) grid over an m_tiles x n_tiles tile grid
+    of ``tile_m x tile_n`` tiles.
 
     Uses as many units as divide the grid; the rest replicate. Among grids of that size, prefer the
-    one whose per-unit tile is closest to square (fewest operand elements per unit).
+    one whose per-unit tile is closest to square: fewest operand elements per unit (its rows of a
+    plus its columns of b, which is also what it loads from shared memory per k step).
     """
     best = None
     for used in sorted((d for d in range(1, units + 1) if units % d == 0), reverse=True):
@@ -41,7 +43,7 @@ def _warp_grid(m_tiles: int, n_tiles: int, units: int) -> tuple[int, int, int]:
             cols = used // rows
             if m_tiles % rows or n_tiles % cols:
                 continue
-            cost = m_tiles // rows + n_tiles // cols
+            cost = m_tiles // rows * tile_m + n_tiles // cols * tile_n
             if best is None or cost < best[0]:
                 best = (cost, rows, cols)
         if best is not None:
@@ -58,7 +60,7 @@ def choose_dot_config(m: int, n: int, k: int, a_dtype: str, c_dtype: str, warps:
             continue
         if m % atom.m == 0 and n % atom.n == 0 and k % atom.k == 0:
             m_tiles, n_tiles = m // atom.m, n // atom.n
-            warps_m, warps_n, replicas = _warp_grid(m_tiles, n_tiles, warps)
+            warps_m, warps_n, replicas = _warp_grid(m_tiles, n_tiles, warps, atom.m, atom.n)
             return DotConfig("mma", atom, warps_m, warps_n, replicas,
                              m_tiles // warps_m, n_tiles // warps_n, k // atom.k)
     threads_m, threads_n, replicas = _warp_grid(m, n, warps * 32)

@@ -31,8 +31,8 @@ class Matmul(tilus.Script):
     ``b`` stored [k, n], ``"col"`` for ``b`` stored [n, k] (``b = w.t()`` of a row-major ``w``).
     """
 
-    def __init__(self, block_m: int = 128, block_n: int = 128, block_k: int = 32, warps: int = 8,
-                 stages: int = 4, min_blocks: int = 1, b_layout: str = "row", dtype: Any = float16):
+    def __init__(self, block_m: int = 128, block_n: int = 256, block_k: int = 64, warps: int = 8,
+                 stages: int = 3, min_blocks: int = 1, b_layout: str = "row", dtype: Any = float16):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -138,7 +138,7 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None) -> Any:
 
 
 # (block_m, block_n, block_k, warps, stages, min_blocks) by the largest m it serves
-CONFIGS = ((16, (16, 128, 64, 4, 4, 1)), (64, (64, 128, 64, 4, 4, 1)), (None, (128, 256, 32, 8, 4, 1)))
+CONFIGS = ((16, (16, 128, 64, 4, 4, 1)), (64, (64, 128, 64, 4, 4, 1)), (None, (128, 256, 64, 8, 3, 1)))
 _KERNELS: dict = {}
 
 

@@ -14,6 +14,7 @@ Stores are made by the first replica of each element only.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -100,9 +101,12 @@ def emit_load_shared(ctx: CodegenContext, inst: ir.LoadShared) -> None:
     if plan is not None:
         _emit_ldmatrix(ctx, inst, plan)
         return
-    with Tb.unroll(0, out.layout.local_size) as i:
-        view, offset = ctx.shared_element(inst.src, place_tile(inst.offsets, inst.dims, ctx.logical(out.layout, i)))
-        Tb.buffer_store(buf, view[offset], [i])
+    width = shared_vector_width(out.layout, inst.src, inst.offsets, inst.dims, ctx.func.analyzer())
+    vectors = _vector_view(ctx, inst.src, width)
+    with Tb.unroll(0, out.layout.local_size // width) as j:
+        coords = place_tile(inst.offsets, inst.dims, ctx.logical(out.layout, j * width))
+        _, offset = ctx.shared_element(inst.src, coords)
+        Tb.buffer_store(buf, vectors[offset // width], [_lanes(j * width, width)])
 
 
 def _emit_ldmatrix(ctx: CodegenContext, inst: ir.LoadShared, plan: LdmatrixPlan) -> None:
@@ -122,20 +126,64 @@ def _emit_ldmatrix(ctx: CodegenContext, inst: ir.LoadShared, plan: LdmatrixPlan)
 def emit_store_shared(ctx: CodegenContext, inst: ir.StoreShared) -> None:
     src = inst.src
     buf = ctx.reg(src)
+    width = shared_vector_width(src.layout, inst.dst, inst.offsets, inst.dims, ctx.func.analyzer())
+    vectors = _vector_view(ctx, inst.dst, width)
     with ctx.guarded(ctx.owner_condition(src.layout)):
-        with Tb.unroll(0, src.layout.local_size) as i:
-            coords = place_tile(inst.offsets, inst.dims, ctx.logical(src.layout, i))
-            view, offset = ctx.shared_element(inst.dst, coords)
-            Tb.buffer_store(view, buf[i], [offset])
+        with Tb.unroll(0, src.layout.local_size // width) as j:
+            coords = place_tile(inst.offsets, inst.dims, ctx.logical(src.layout, j * width))
+            _, offset = ctx.shared_element(inst.dst, coords)
+            Tb.buffer_store(vectors, buf[_lanes(j * width, width)], [offset // width])
+
+
+def shared_vector_width(layout: RegisterLayout, tensor, offsets, dims, analyzer: Any = None,
+                        shared_layout: Any = None) -> int:
+    """Elements per vector access between registers of ``layout`` and a shared tile (1: scalar).
+
+    The register slots ``v*j .. v*j+v-1`` must be consecutive elements along the tile's last
+    dimension (the layout's innermost local mode is that dimension's innermost mode), and those
+    elements contiguous and ``v``-aligned in shared memory, swizzle included. At most 16 bytes.
+    """
+    if not layout.local_modes:
+        return 1
+    inner = layout.local_modes[-1]
+    if layout.grouped_modes[len(layout.shape) - 1][-1:] != (inner,):
+        return 1
+    shared_layout = shared_layout if shared_layout is not None else tensor.resolved_layout()
+    width = math.gcd(layout.mode_shape[inner], max(1, 128 // tensor.dtype.nbits))
+    while width > 1:
+        if _rows_fit(tensor, shared_layout, dims[-1], offsets[dims[-1]], width, analyzer):
+            return width
+        width //= 2
+    return 1
+
+
+def _lanes(first: Any, width: int) -> Any:
+    return first if width == 1 else tirx.Ramp(first, 1, width)
+
+
+def _vector_view(ctx: CodegenContext, tensor, width: int):
+    """The shared tensor's memory as elements of ``width``-lane vectors (the tensor's own view when 1).
+
+    A swizzled offset is not an affine index, so TVM would gather a ``Ramp`` over it element by
+    element; a vector-typed view indexed by ``offset // width`` loads or stores the whole vector.
+    """
+    view = ctx.view(tensor.root)
+    if width == 1:
+        return view
+    dtype = tensor.dtype.tvm_name or tensor.dtype.name
+    vectors = Tb.decl_buffer((view.shape[0] // width,), f"{dtype}x{width}", data=view.data,
+                             elem_offset=view.elem_offset // width, scope="shared.dyn")
+    return vectors
 
 
 
-def _element_requests(tensor, offsets, dims, layout: RegisterLayout) -> list:
-    """Warp 0 reading or writing register slot 0 (one element per lane)."""
+def _element_requests(tensor, offsets, dims, layout: RegisterLayout, shared_layout) -> list:
+    """Warp 0 reading or writing its first register vector (slots 0 .. width-1, one vector per lane)."""
+    width = shared_vector_width(layout, tensor, offsets, dims, shared_layout=shared_layout)
     lanes = []
     for lane in range(min(32, layout.num_threads)):
         index = place_tile([_static(o) for o in offsets], dims, layout.logical(lane, 0))
-        lanes.append((tensor.root_index(index), 1))
+        lanes.append((tensor.root_index(index), width))
     return [lanes]
 
 
@@ -145,7 +193,7 @@ def load_shared_accesses(inst: ir.LoadShared, layout) -> list:
         return []
     plan = ldmatrix_plan(inst, layout)
     if plan is None:
-        return _element_requests(inst.src, inst.offsets, inst.dims, out.layout)
+        return _element_requests(inst.src, inst.offsets, inst.dims, out.layout, layout)
     row = 128 // out.dtype.nbits
     lanes = []
     for lane in range(32):
@@ -158,7 +206,9 @@ def load_shared_accesses(inst: ir.LoadShared, layout) -> list:
 
 
 def store_shared_accesses(inst: ir.StoreShared, layout) -> list:
-    return [] if inst.src.layout is None else _element_requests(inst.dst, inst.offsets, inst.dims, inst.src.layout)
+    if inst.src.layout is None:
+        return []
+    return _element_requests(inst.dst, inst.offsets, inst.dims, inst.src.layout, layout)
 
 
 register(ir.LoadShared, emit=emit_load_shared, shared_accesses=load_shared_accesses)

@@ -102,7 +102,16 @@ class Matmul(tilus.Script):
                 self.dot(a, b, acc, out=acc)
                 a = a_next
                 b = b_next
-        self.store_global(gc, acc.to(dtype), offsets=[offset_m, offset_n])
+        # Epilogue through shared memory: fragments hold pairs of elements, a coalesced layout holds
+        # 16-byte vectors, so c is written with full-width stores.
+        self.copy_async_wait_all()  # the last iterations' (zero-filled) copies must land before reuse
+        self.sync()
+        self.free_shared(sa)
+        self.free_shared(sb)
+        sc = self.shared_tensor(dtype=dtype, shape=[bm, bn])
+        self.store_shared(sc, acc.to(dtype))
+        self.sync()
+        self.store_global(gc, self.load_shared(sc), offsets=[offset_m, offset_n])
 
 
     def b_tile(self, stage_tile):

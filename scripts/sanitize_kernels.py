@@ -1,4 +1,5 @@
-"""Run every kernel family once on small, ragged shapes; meant to be run under compute-sanitizer:
+"""Run every kernel family once on small, ragged shapes (the pipelined Matmul with 3 and 4 stages
+included); meant to be run under compute-sanitizer:
 
     compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py
@@ -69,6 +70,16 @@ def main():
         z = torch.empty(m, n, dtype=acc.torch_dtype, **cuda)
         K.dot_kernel(m, n, k, dtype, acc, a_layout=layout)(x, y, z)
         check(f"dot {m}x{n}x{k} {dtype.name}", z, (x.cpu().float() @ y.cpu().float()).cuda() + 1)
+    from tilus_tvm.schedules.matmul import Matmul
+
+    for config, (m, n, k) in (((64, 128, 32, 4, 3), (127, 255, 63)), ((128, 256, 64, 8, 3), (300, 520, 1000)),
+                              ((64, 128, 64, 4, 4), (1000, 1000, 200))):
+        for b_layout in ("row", "col"):
+            x = torch.randn(m, k, dtype=torch.float16, **cuda) / math.sqrt(k)
+            y = torch.randn(k, n, dtype=torch.float16, **cuda) / math.sqrt(k)
+            z = torch.full((m, n), float("nan"), dtype=torch.float16, **cuda)
+            Matmul(*config, b_layout=b_layout)(m, n, k, x, y.t().contiguous() if b_layout == "col" else y, z)
+            check(f"pipelined Matmul {config} {b_layout} {m}x{n}x{k}", z, x.float() @ y.float())
     torch.cuda.synchronize()
     print("all kernels ran")
 

@@ -24,6 +24,7 @@ from typing import Any
 from tvm import sym, tirx
 from tvm.script.ir_builder import tirx as Tb
 
+from tilus_tvm import intrin
 from tilus_tvm.backend.context import CodegenContext, const, place_tile
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
@@ -117,10 +118,11 @@ def emit_copy_async(ctx: CodegenContext, inst: ir.CopyAsync) -> None:
                 src_bytes = tirx.Select(inside, valid * (src.dtype.nbits // 8), 0)
                 safe = [tirx.Select(inside, c, 0) for c in coords]  # never form an address outside the tensor
                 linear = sum((c * s for c, s in zip(safe, src.strides)), 0)
-                src_ptr = ctx.flat_view(src.pointer).ptr_to([linear])
                 nbytes = width * src.dtype.nbits // 8
-                copy = Tb.ptx.cp.async_.cg.shared.global_ if nbytes == 16 else Tb.ptx.cp.async_.ca.shared.global_
-                Tb.evaluate(copy(buffer.ptr_to([offset]), src_ptr, nbytes, tirx.Cast("uint32", src_bytes)))
+                # both buffers are 1-D views (of the uint8 pool, of the pointer): addressed as &view[i]
+                Tb.evaluate(intrin.emit_cp_async(nbytes, buffer, offset, ctx.flat_view(src.pointer), linear,
+                                                 cache="cg" if nbytes == 16 else "ca", src_size=src_bytes,
+                                                 pointers="address_of"))
 
 
 def _copy_element(ctx: CodegenContext, inst: ir.CopyAsync, coords, inside, buffer, offset) -> None:
@@ -150,6 +152,6 @@ def copy_async_accesses(inst: ir.CopyAsync, layout) -> list:
 
 
 register(ir.CopyAsync, emit=emit_copy_async, shared_accesses=copy_async_accesses)
-register(ir.CopyAsyncCommitGroup, emit=lambda ctx, inst: Tb.evaluate(Tb.ptx.cp.async_.commit_group()))
-register(ir.CopyAsyncWaitGroup, emit=lambda ctx, inst: Tb.evaluate(Tb.ptx.cp.async_.wait_group(inst.n)))
-register(ir.CopyAsyncWaitAll, emit=lambda ctx, inst: Tb.evaluate(Tb.ptx.cp.async_.wait_all()))
+register(ir.CopyAsyncCommitGroup, emit=lambda ctx, inst: Tb.evaluate(intrin.emit_cp_async_commit_group()))
+register(ir.CopyAsyncWaitGroup, emit=lambda ctx, inst: Tb.evaluate(intrin.emit_cp_async_wait_group(inst.n)))
+register(ir.CopyAsyncWaitAll, emit=lambda ctx, inst: Tb.evaluate(intrin.emit_cp_async_wait_all()))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
+from tilus_tvm import intrin
 from tilus_tvm.backend.context import CodegenContext
 from tilus_tvm.errors import LayoutError
 from tilus_tvm.instructions.elementwise import set_layout
@@ -137,15 +138,12 @@ def emit_dot(ctx: CodegenContext, inst: ir.Dot) -> None:
 def _emit_mma(config: ir.DotConfig, a, b, acc) -> None:
     atom = config.atom
     a_size, b_size, c_size = atom.a_layout.local_size, atom.b_layout.local_size, atom.c_layout.local_size
-    a_type, b_type, c_type = atom.ptx_legacy_types
     for ki in range(config.repeat_k):
         for mi in range(config.repeat_m):
             for ni in range(config.repeat_n):
-                Tb.evaluate(Tb.ptx_legacy.mma(
-                    atom.name, "row", "col", a_type, b_type, c_type,
-                    a.data, (mi * config.repeat_k + ki) * a_size,
-                    b.data, (ki * config.repeat_n + ni) * b_size,
-                    acc.data, (mi * config.repeat_n + ni) * c_size, False))
+                Tb.evaluate(intrin.emit_mma(atom, a, (mi * config.repeat_k + ki) * a_size,
+                                            b, (ki * config.repeat_n + ni) * b_size,
+                                            acc, (mi * config.repeat_n + ni) * c_size))
 
 
 def _emit_simt(config: ir.DotConfig, a, b, acc, acc_dtype: str) -> None:

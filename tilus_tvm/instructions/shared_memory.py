@@ -21,6 +21,7 @@ from typing import Any, Optional
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
+from tilus_tvm import intrin
 from tilus_tvm.backend.context import CodegenContext, logical_index, place_tile
 from tilus_tvm.errors import LayoutError
 from tilus_tvm.instructions.async_copy import _divisible, _static
@@ -110,17 +111,15 @@ def emit_load_shared(ctx: CodegenContext, inst: ir.LoadShared) -> None:
 
 
 def _emit_ldmatrix(ctx: CodegenContext, inst: ir.LoadShared, plan: LdmatrixPlan) -> None:
-    out = inst.output
-    words_per_group = plan.atom.layout.local_size * out.dtype.nbits // 32  # = atom.num
-    words = Tb.decl_buffer((out.layout.local_size * out.dtype.nbits // 32,), "uint32", data=ctx.reg(out).data,
-                           scope="local")
-    ldmatrix = Tb.ptx[plan.atom.ptx]
+    registers = ctx.reg(inst.output)
+    slots_per_group = plan.atom.layout.local_size  # this lane's elements of one ldmatrix
     warp, lane = ctx.tx // 32, ctx.tx % 32
     for group in range(plan.outer.local_size):
         tile = plan.tile_index(warp, group, lane)
         view, offset = ctx.shared_element(inst.src, place_tile(inst.offsets, inst.dims, tile))
-        registers = [words[group * words_per_group + j] for j in range(words_per_group)]
-        Tb.evaluate(ldmatrix(*registers, view.ptr_to([offset])))
+        # view: a typed view of the uint8 pool, which tvm_access_ptr rejects, hence address_of
+        Tb.evaluate(intrin.emit_ldmatrix(plan.atom.num, plan.atom.trans, registers, group * slots_per_group,
+                                         view, offset, pointers="address_of"))
 
 
 def emit_store_shared(ctx: CodegenContext, inst: ir.StoreShared) -> None:

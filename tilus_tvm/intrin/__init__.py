@@ -42,16 +42,22 @@ loads mma's A (``m16n8k16``; ``x4_s8``: ``m16n8k32``), ``ldmatrix_x2_trans`` on 
 tile its B, and the fill/store intrinsics work on mma's C. A schedule gives its warp buffers these
 layouts with ``Schedule.transform_layout(block, buffer, fragment_index_map(layout))``.
 
-Emitters -- the TIR of one instruction, used by the implementations above and meant for any other
-code generator (offsets in elements, from the buffer's first element):
+Emitters -- the TIR of one instruction, used by the implementations above and by the Script
+backend (``tilus_tvm.instructions``: ``dot``, ``load_shared``, ``copy_async`` and its group
+instructions), so each instruction has one implementation. Offsets in elements, from the buffer's
+first element; ``pointers`` (``fragment.element_pointer``) says how shared/global buffers are
+addressed: ``"access_ptr"`` (default: the access TVM's passes see) or ``"address_of"`` (1-D typed
+views of memory declared elsewhere, as the Script backend's views of its uint8 shared pool):
 
     emit_mma(atom, a_buf, a_offset, b_buf, b_offset, c_buf, c_offset) -> Call
     emit_mma_fill(atom, c_buf, c_offset) -> Call
     emit_mma_store(atom, lane, c_buf, c_index, dst_buf, dst_index) -> Stmt
-    emit_ldmatrix(num, trans, frag_buf, frag_offset, smem_buf, smem_offset) -> Call
-    emit_cp_async(nbytes, dst_buf, dst_offset, src_buf, src_offset, cache="ca", src_size=None) -> Call
+    emit_ldmatrix(num, trans, frag_buf, frag_offset, smem_buf, smem_offset, pointers="access_ptr") -> Call
+    emit_cp_async(nbytes, dst_buf, dst_offset, src_buf, src_offset, cache="ca", src_size=None,
+                  pointers="access_ptr") -> Call
     emit_cp_async_commit_group() -> Call
     emit_cp_async_wait_group(n) -> Call
+    emit_cp_async_wait_all() -> Call
 
 What TVM 0.27 offers and lacks, as used here: ``T.ptx_legacy.mma`` and ``T.cuda.mma_fill_legacy``
 take (pointer, offset) pairs, which ``LowerWarpMemory`` rewrites for warp buffers (the ``T.ptx``
@@ -60,12 +66,16 @@ table forms want ``uint32`` register elements, which f16 fragments are not), so 
 ``wait_group``, so no inline assembly was needed. Lacking: ``LowerWarpMemory`` does not recognise
 ``ptx_legacy.ldmatrix`` (operand fragments stay per-thread arrays, see ``fragment.py``);
 ``mma_store_legacy`` only stores 16x16 tiles (the store here is plain stores); a ``TensorIntrin``
-cannot express a bound, so zero fill lives in ``emit_cp_async`` only; and ``blockize`` cannot split
-a fused-then-split copy loop, so a schedule tensorizes the vector loop before fusing the others.
+cannot express a bound, so zero fill lives in ``emit_cp_async`` only; ``blockize`` cannot split
+a fused-then-split copy loop, so a schedule tensorizes the vector loop before fusing the others;
+``tvm_access_ptr`` must name the dtype its memory was allocated with, so typed views of a byte pool
+take ``pointers="address_of"``, which TVM's barrier insertion does not see as an access (written
+so, a tensorized pipeline's cp.async loses the barrier before it overwrites a stage): the default
+stays ``access_ptr``.
 """
 from tilus_tvm.intrin import cp_async, ldmatrix, mma
 from tilus_tvm.intrin.cp_async import (cp_async_name, emit_cp_async, emit_cp_async_commit_group,
-                                       emit_cp_async_wait_group)
+                                       emit_cp_async_wait_all, emit_cp_async_wait_group)
 from tilus_tvm.intrin.fragment import fragment_index_map, fragment_indices
 from tilus_tvm.intrin.ldmatrix import emit_ldmatrix, ldmatrix_lane_offset, ldmatrix_name
 from tilus_tvm.intrin.mma import (emit_mma, emit_mma_fill, emit_mma_store, mma_fill_name, mma_name,

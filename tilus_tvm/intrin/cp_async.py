@@ -7,7 +7,8 @@ only size the PTX ISA allows with ``.cg``. Both addresses must be aligned to ``b
 
 The copy is asynchronous: a thread sees the data after it commits the copies into a group
 (:func:`emit_cp_async_commit_group`) and waits until at most ``n`` of its groups are pending
-(:func:`emit_cp_async_wait_group`); other threads see it after a barrier on top of that.
+(:func:`emit_cp_async_wait_group`), or for all its copies (:func:`emit_cp_async_wait_all`); other
+threads see it after a barrier on top of that.
 
 Zero fill: :func:`emit_cp_async` takes ``src_size``, the PTX ``src-size`` operand (bytes read from
 ``src``; the rest of the destination is zero-filled), which TVM 0.27's ``T.ptx`` table spells as a
@@ -24,6 +25,7 @@ from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.intrin.builder import Operand, intrin_func, named
+from tilus_tvm.intrin.fragment import element_pointer
 from tilus_tvm.intrin.registry import PREFIX, IntrinError, IntrinSpec, register
 
 DST_SCOPE = "shared"
@@ -44,14 +46,16 @@ def _check_variant(op: str, nbytes: int, cache: str) -> None:
 
 
 def emit_cp_async(nbytes: int, dst_buf: tirx.Buffer, dst_offset: Any, src_buf: tirx.Buffer, src_offset: Any,
-                  cache: str = "ca", src_size: Optional[Any] = None) -> tirx.Expr:
+                  cache: str = "ca", src_size: Optional[Any] = None, pointers: str = "access_ptr") -> tirx.Expr:
     """This thread's ``cp.async.{cache}.shared.global [dst], [src], nbytes{, src_size}``.
 
     Copies ``nbytes`` bytes from element ``src_offset`` of ``src_buf`` (global) to element
     ``dst_offset`` of ``dst_buf`` (shared); offsets in elements of each buffer, from its first
     element. With ``src_size`` (a PrimExpr or int, in bytes, at most ``nbytes``) only that many bytes
     are read and the rest of the destination is zero-filled: ``0`` fills the whole vector with zeros
-    without touching ``src``. Returns the call (``T.ptx.cp.async``); wrap it in ``T.evaluate``.
+    without touching ``src``. ``pointers`` is how both buffers are addressed
+    (``fragment.element_pointer``): ``"address_of"`` for 1-D views, such as typed views of a byte
+    pool. Returns the call (``T.ptx.cp.async``); wrap it in ``T.evaluate``.
 
     >>> s, g = tirx.decl_buffer((64,), "float16", scope="shared"), tirx.decl_buffer((64,), "float16")
     >>> emit_cp_async(16, s, 8, g, 8, cache="cg", src_size=0).op.name
@@ -62,7 +66,8 @@ def emit_cp_async(nbytes: int, dst_buf: tirx.Buffer, dst_offset: Any, src_buf: t
         raise IntrinError(f"emit_cp_async: dst_buf {dst_buf.name!r} holds {dst_buf.dtype} but src_buf "
                           f"{src_buf.name!r} holds {src_buf.dtype}; cp.async copies bytes of one type")
     instruction = getattr(T.ptx.cp.async_, cache).shared.global_
-    operands = [dst_buf.access_ptr("w", offset=dst_offset), src_buf.access_ptr("r", offset=src_offset), nbytes]
+    operands = [element_pointer("emit_cp_async", dst_buf, dst_offset, "w", pointers),
+                element_pointer("emit_cp_async", src_buf, src_offset, "r", pointers), nbytes]
     if src_size is not None:
         operands.append(tirx.const(src_size, "uint32") if isinstance(src_size, int) else src_size.astype("uint32"))
     return instruction(*operands)
@@ -81,6 +86,11 @@ def emit_cp_async_wait_group(n: int) -> tirx.Expr:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise IntrinError(f"emit_cp_async_wait_group: n must be a non-negative Python int, got {n!r}")
     return T.ptx.cp.async_.wait_group(n)
+
+
+def emit_cp_async_wait_all() -> tirx.Expr:
+    """``cp.async.wait_all``: wait until all of this thread's copies, committed or not, are complete."""
+    return T.ptx.cp.async_.wait_all()
 
 
 def cp_async_intrin(nbytes: int, cache: str, dtype: str) -> tuple[tirx.PrimFunc, tirx.PrimFunc]:

@@ -1,4 +1,4 @@
-"""Warp fragments as TVM schedules see them, and the element offsets every emitter takes.
+"""Warp fragments as TVM schedules see them, and the element offsets and pointers every emitter takes.
 
 A fragment of an ``[r, c]`` tile spread over a warp by a register layout is, in a schedule, a
 ``"warp"``-scope buffer ``[32, local_size]``: row = lane, column = register slot. TVM's
@@ -18,6 +18,12 @@ correct, and nvcc keeps it in registers (ptxas reports no stack frame for the te
 Offsets given to the emitters are in elements of the buffer's dtype, counted from the buffer's
 first element (its ``elem_offset`` is added here), so a ``match_buffer`` in an intrinsic's
 implementation and a plain ``alloc_buffer`` in a kernel are addressed alike.
+
+Memory operands (shared, global) are passed by pointer, built by :func:`element_pointer` in one of
+two forms the caller picks with the emitters' ``pointers`` argument: ``"access_ptr"`` (the default;
+what tensorize, compaction and TVM's barrier insertion understand) or ``"address_of"`` (typed
+1-D views of memory allocated with another dtype, which ``tvm_access_ptr`` rejects: the Script
+backend's shared tensors are views of one uint8 ``shared.dyn`` pool).
 """
 from __future__ import annotations
 
@@ -67,6 +73,32 @@ def element_offset(buffer: tirx.Buffer, offset: Any) -> Any:
     if isinstance(base, tirx.IntImm) and base.value == 0:
         return offset
     return base + offset
+
+
+def element_pointer(op: str, buffer: tirx.Buffer, offset: Any, access: str, pointers: str) -> tirx.Expr:
+    """The address of element ``offset`` of ``buffer`` (from its first element), as ``pointers`` says.
+
+    ``"access_ptr"``: ``tvm_access_ptr`` of the buffer's memory from that element on, an access
+    (``access``: ``"r"`` or ``"w"``) that TVM's barrier insertion, buffer compaction and software
+    pipelining see; it must name the dtype the memory was allocated with. ``"address_of"``:
+    ``&buffer[offset]`` of a 1-D buffer declared over another buffer's memory -- the Script
+    backend's typed views of its uint8 shared-memory pool, and its flat views of pointer parameters
+    (whose ``access_ptr`` extent, a symbolic size, TVM 0.27 turns into an extra kernel parameter).
+    No pass sees it as an access, so the caller places the barriers.
+
+    >>> pool = tirx.decl_buffer((64,), "uint8", name="pool", scope="shared.dyn")
+    >>> view = tirx.decl_buffer((32,), "float16", name="view", data=pool.data, scope="shared.dyn")
+    >>> element_pointer("example", view, 8, "r", "address_of")
+    T.address_of(view[8])
+    """
+    if pointers == "address_of":
+        if len(buffer.shape) != 1:
+            raise IntrinError(f"{op}: pointers='address_of' takes 1-D buffers (the offset is the index), "
+                              f"got {buffer.name!r} of shape {list(buffer.shape)}")
+        return buffer.ptr_to([offset])
+    if pointers != "access_ptr":
+        raise IntrinError(f"{op}: pointers must be 'access_ptr' or 'address_of', got {pointers!r}")
+    return buffer.access_ptr(access, offset=offset)
 
 
 def check_dtype(op: str, what: str, buffer: tirx.Buffer, expected: str) -> None:

@@ -24,7 +24,8 @@ from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.intrin.builder import Operand, intrin_func, named
-from tilus_tvm.intrin.fragment import FRAGMENT_SCOPE, WARP_SIZE, check_dtype, element_offset, fragment_indices
+from tilus_tvm.intrin.fragment import (FRAGMENT_SCOPE, WARP_SIZE, check_dtype, element_offset, element_pointer,
+                                       fragment_indices)
 from tilus_tvm.intrin.registry import PREFIX, IntrinError, IntrinSpec, register
 from tilus_tvm.layout.atoms import LdmatrixAtom, get_ldmatrix_atom
 
@@ -57,14 +58,16 @@ def ldmatrix_lane_offset(atom: LdmatrixAtom, lane: Any, row_stride: Any) -> Any:
 
 
 def emit_ldmatrix(num: int, trans: bool, frag_buf: tirx.Buffer, frag_offset: Any, smem_buf: tirx.Buffer,
-                  smem_offset: Any) -> tirx.Expr:
+                  smem_offset: Any, pointers: str = "access_ptr") -> tirx.Expr:
     """One warp's ``ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16``.
 
     This lane receives ``num`` 32-bit registers into ``frag_buf`` from element ``frag_offset`` on,
     and gives the shared address of element ``smem_offset`` of ``smem_buf`` (offsets in elements of
     each buffer, from its first element; see :func:`ldmatrix_lane_offset`). ``frag_buf`` and
-    ``smem_buf`` hold the same 16- or 8-bit dtype. Returns the call (``T.ptx_legacy.ldmatrix``,
-    which ``LowerWarpMemory`` understands for ``"warp"`` buffers); wrap it in ``T.evaluate``.
+    ``smem_buf`` hold the same 16- or 8-bit dtype. ``pointers`` is how ``smem_buf`` is addressed
+    (``fragment.element_pointer``): ``"address_of"`` for a 1-D typed view of a byte pool. Returns
+    the call (``T.ptx_legacy.ldmatrix``, which ``LowerWarpMemory`` understands for ``"warp"``
+    buffers); wrap it in ``T.evaluate``.
 
     >>> s, f = tirx.decl_buffer((16, 16), "float16", scope="shared"), tirx.decl_buffer((8,), "float16")
     >>> emit_ldmatrix(4, False, f, 0, s, 0).op.name
@@ -79,8 +82,15 @@ def emit_ldmatrix(num: int, trans: bool, frag_buf: tirx.Buffer, frag_offset: Any
                           f"words, so it takes 16-bit elements{'' if trans else ' or bytes'}"
                           f"{' (.trans would split bytes)' if trans and bits == 8 else ''}")
     check_dtype("emit_ldmatrix", "frag_buf", frag_buf, dtype)
+    # The call takes (pointer, offset) and adds them in C, in elements of the pointer's type. The
+    # access_ptr covers the whole buffer (its region is what tensorize and compaction see); an
+    # address_of already points at the element.
+    if pointers == "access_ptr":
+        smem_ptr, smem_ptr_offset = element_pointer("emit_ldmatrix", smem_buf, 0, "r", pointers), smem_offset
+    else:
+        smem_ptr, smem_ptr_offset = element_pointer("emit_ldmatrix", smem_buf, smem_offset, "r", pointers), 0
     return T.ptx_legacy.ldmatrix(bool(trans), num, ".b16", frag_buf.data, element_offset(frag_buf, frag_offset),
-                                 smem_buf.access_ptr("r"), smem_offset, dtype=dtype)
+                                 smem_ptr, smem_ptr_offset, dtype=dtype)
 
 
 def ldmatrix_intrin(num: int, trans: bool, dtype: str) -> tuple[tirx.PrimFunc, tirx.PrimFunc]:

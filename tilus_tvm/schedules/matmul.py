@@ -142,18 +142,23 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None) -> Any:
     column_major = b.stride() == (1, k) and not b.is_contiguous()
     b_layout = "col" if column_major else "row"
     b_arg = b.t() if column_major else b.contiguous()
-    kernel_for(m, a.dtype, b_layout)(m, n, k, a.contiguous(), b_arg, out)
+    hopper = a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9
+    kernel_for(m, a.dtype, b_layout, hopper)(m, n, k, a.contiguous(), b_arg, out)
     return out
 
 
-# (block_m, block_n, block_k, warps, stages, min_blocks) by the largest m it serves
-CONFIGS = ((16, (16, 128, 64, 4, 4, 1)), (64, (64, 128, 64, 4, 4, 1)), (None, (128, 256, 64, 8, 3, 1)))
+# (block_m, block_n, block_k, warps, stages, min_blocks) by the largest m it serves, measured on an
+# H100 with scripts/bench_matmul.py: thin blocks while m is small (enough blocks to fill the GPU),
+# 128 x 256 tiles with 64x64 warp tiles beyond. Hopper's 227 KB of shared memory takes a fourth stage.
+CONFIGS = ((128, (16, 128, 64, 4, 4, 1)), (None, (128, 256, 64, 8, 3, 1)))
+HOPPER_CONFIGS = ((128, (16, 128, 64, 4, 4, 1)), (None, (128, 256, 64, 8, 4, 1)))
 _KERNELS: dict = {}
 
 
-def kernel_for(m: int, dtype: Any, b_layout: str = "row") -> Matmul:
-    """The ``Matmul`` that :func:`matmul` uses for ``m`` rows."""
-    config = next(c for limit, c in CONFIGS if limit is None or m <= limit)
+def kernel_for(m: int, dtype: Any, b_layout: str = "row", hopper: bool = False) -> Matmul:
+    """The ``Matmul`` that :func:`matmul` uses for ``m`` rows (``hopper``: sm_90 or newer)."""
+    table = HOPPER_CONFIGS if hopper else CONFIGS
+    config = next(c for limit, c in table if limit is None or m <= limit)
     key = (config, str(dtype), b_layout)
     if key not in _KERNELS:
         _KERNELS[key] = Matmul(*config, b_layout=b_layout, dtype=bfloat16 if "bfloat16" in str(dtype) else float16)

@@ -41,6 +41,7 @@ def test_lower_gives_the_module_that_compile_builds():
     script = func.script()
     assert 'a_ptr: T.Buffer((m_size, 4096), "float16")' in script  # shaped: checked by TVM's entry code
     assert "c_ptr: T.Buffer((m_size, 4096)" in script
+    assert list(func.attrs["tilus.reads"]) == ["a_ptr", "b_ptr"] and list(func.attrs["tilus.writes"]) == ["c_ptr"]
 
 
 def test_views_with_strides_keep_a_flat_buffer():

@@ -56,8 +56,15 @@ class LoweredKernel:
             check_dps(self.func, self.abi)
             by_name = {p.name: p for p in self.func.params}
             order = [by_name[p.name] for p in self.abi.dps_order()]
-            self._dps = generate(self.func, self.plan, params=order, attrs={"tirx.is_scheduled": True, "op_pattern": 8})
+            self._dps = generate(self.func, self.plan, params=order,
+                                 attrs={"tirx.is_scheduled": True, "op_pattern": 8, **access_attrs(self.abi)})
         return self._dps
+
+
+def access_attrs(abi) -> dict:
+    """PrimFunc attributes naming the tensors the kernel reads and those it writes."""
+    return {"tilus.reads": [p.name for p in abi.params if p.kind == "tensor" and p.reads],
+            "tilus.writes": [p.name for p in abi.params if p.kind == "tensor" and p.writes]}
 
 
 @functools.cache
@@ -128,7 +135,7 @@ def lower_specialized(script: Script, specs: list[ParamSpec], spec: Specializati
     from tilus_tvm.backend.codegen import generate
 
     lowered = run_passes(script, specs, spec)
-    lowered.prim_func = generate(lowered.func, lowered.plan)
+    lowered.prim_func = generate(lowered.func, lowered.plan, attrs=access_attrs(lowered.abi))
     lowered.dumper.write("tir", lambda: lowered.prim_func.script(), suffix=".py")
     return lowered
 

@@ -140,7 +140,10 @@ def _emit_mma(config: ir.DotConfig, a, b, acc) -> None:
     a_size, b_size, c_size = atom.a_layout.local_size, atom.b_layout.local_size, atom.c_layout.local_size
     for ki in range(config.repeat_k):
         for mi in range(config.repeat_m):
-            for ni in range(config.repeat_n):
+            # serpentine over n: consecutive mma share an a fragment within a row and a b fragment
+            # at the turn, so the operand-reuse caches of the tensor-core pipe stay warm
+            columns = range(config.repeat_n) if mi % 2 == 0 else reversed(range(config.repeat_n))
+            for ni in columns:
                 Tb.evaluate(intrin.emit_mma(atom, a, (mi * config.repeat_k + ki) * a_size,
                                             b, (ki * config.repeat_n + ni) * b_size,
                                             acc, (mi * config.repeat_n + ni) * c_size))

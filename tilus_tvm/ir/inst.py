@@ -220,3 +220,23 @@ class Printf(Instruction):
 def dtype_of(value: Any) -> Optional[DataType]:
     """The element type of a register tensor, or None for a scalar operand."""
     return value.dtype if isinstance(value, RegisterTensor) else None
+
+
+@dataclass(eq=False)
+class DotSplit(Dot):
+    """``output = a @ b + c`` with the C tile split over the block's warps as the author chose:
+    ``warp_grid = (warps along m, warps along n)`` (``Dot`` chooses its own split). With the warps
+    along m only, every row of C lives in one warp, so row reductions are warp shuffles and the C
+    fragments are the A fragments of a following product (attention's ``P @ V``)."""
+
+    warp_grid: tuple[int, int] = (1, 1)
+
+
+@dataclass(eq=False)
+class LoadGlobalScalar(Instruction):
+    """``buffer[0] = src[indices...]``: one element of a global tensor read by every thread into a
+    scalar variable (``buffer``, a one-element local TIR buffer declared just before)."""
+
+    buffer: Any
+    src: GlobalTensor
+    indices: tuple[Any, ...]

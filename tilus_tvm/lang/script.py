@@ -20,8 +20,11 @@ from typing import Any, Optional
 
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.values import is_scalar
+from tilus_tvm.lang.instructions.assign import AssignInstructions
 from tilus_tvm.lang.instructions.compute import ComputeInstructions
+from tilus_tvm.lang.instructions.dot_split import DotSplitInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
+from tilus_tvm.lang.instructions.scalar_memory import ScalarMemoryInstructions
 
 
 class Attributes:
@@ -115,7 +118,8 @@ class _ScriptState:
         self.kernels: dict = {}
 
 
-class Script(MemoryInstructions, ComputeInstructions):
+class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, AssignInstructions,
+             ScalarMemoryInstructions):
     """Base class of kernels (see the module docstring)."""
 
     _kernel_fn = None

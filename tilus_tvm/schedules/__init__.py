@@ -1,6 +1,8 @@
 """The kernel library, written in the language: each module has a documented Script and a
 torch-like function over it.
 
-    from tilus_tvm.schedules import matmul
+    from tilus_tvm.schedules import matmul, flash_attention, decode_attention
 """
 from tilus_tvm.schedules.matmul import Matmul, matmul  # noqa: F401
+from tilus_tvm.schedules.attention import FlashAttention, flash_attention  # noqa: F401
+from tilus_tvm.schedules.decode_attention import DecodeAttention, DecodeCombine, decode_attention  # noqa: F401

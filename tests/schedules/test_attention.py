@@ -1,0 +1,178 @@
+"""FlashAttention and decode attention: sm_90 compilation and PTX (CPU), input errors before any launch,
+and (GPU) agreement with torch's scaled_dot_product_attention on ragged shapes, causal edges, NaN-poisoned
+outputs and stale KV-cache contents."""
+import math
+import re
+
+import pytest
+import torch
+
+from tilus_tvm import bfloat16, float16
+from tilus_tvm.errors import LaunchError, ScriptError
+from tilus_tvm.schedules import decode_attention, flash_attention
+from tilus_tvm.schedules.attention import LOG2E, FlashAttention
+from tilus_tvm.schedules.decode_attention import DecodeAttention, DecodeCombine, decode_split_len
+
+
+def count(ptx: str, instruction: str) -> int:
+    return len(re.findall(re.escape(instruction), ptx))
+
+
+@pytest.mark.parametrize("head_dim,causal,dtype", [(128, False, float16), (128, True, float16),
+                                                   (64, True, bfloat16)])
+def test_flash_attention_compiles_to_mma_and_cp_async(head_dim, causal, dtype):
+    torch_dtype = torch.float16 if dtype is float16 else torch.bfloat16
+    q = torch.empty(6, 100, head_dim, dtype=torch_dtype)
+    k = torch.empty(6, 77, head_dim, dtype=torch_dtype)
+    kernel = FlashAttention(head_dim=head_dim, causal=causal, dtype=dtype)
+    ptx = kernel.compile(6, 100, 77, 0.1, q, k, k, q, target="sm_90").ptx
+    assert count(ptx, "mma.sync.aligned.m16n8k16") > 0
+    assert count(ptx, "cp.async.cg.shared.global") > 0 and count(ptx, "cp.async.wait_group") > 0
+    assert count(ptx, "ldmatrix") > 0 and count(ptx, "ex2.approx") > 0
+    # p stays in registers (its C fragments are the A fragments of p @ v) and row reductions are
+    # warp shuffles: the only barriers are the pipeline's.
+    assert count(ptx, "bar.sync") <= 2
+    assert count(ptx, "shfl.sync.bfly") > 0
+
+
+def test_decode_kernels_compile_without_layout_conversions():
+    bh, capacity, d, splits = 64, 1000, 128, 4
+    q = torch.empty(bh, d, dtype=torch.float16)
+    k = torch.empty(bh, capacity, d, dtype=torch.float16)
+    lens = torch.empty(8, dtype=torch.int32)
+    part = torch.empty(bh, splits, d)
+    lse = torch.empty(bh, splits, 1)
+    kernel = DecodeAttention(split_len=256)
+    program = str(kernel.tile_program(bh, 8, capacity, splits, 0.1, q, k, k, lens, part, lse, target="sm_90"))
+    assert "convert_layout" not in program and "load_global_scalar" in program
+    ptx = kernel.compile(bh, 8, capacity, splits, 0.1, q, k, k, lens, part, lse, target="sm_90").ptx
+    assert count(ptx, "ld.global.nc.v4") > 0  # 16-byte loads of the cache
+    DecodeCombine().compile(bh, splits, part, lse, q, target="sm_90")
+
+
+def test_decode_split_len():
+    for capacity, bh in ((1024, 1024), (32768, 1024), (32768, 8), (100, 1)):
+        split = decode_split_len(capacity, bh)
+        assert split % 32 == 0 and math.ceil(capacity / split) <= 32
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(head_dim=96), "head_dim must be one of"),
+    (dict(block_q=48), "block_q=48 must be a multiple"),
+    (dict(stages=1), "stages must be at least 2"),
+    (dict(dtype="float32"), "dtype must be float16 or bfloat16"),
+])
+def test_flash_attention_bad_configuration(kwargs, match):
+    with pytest.raises(ScriptError, match=match):
+        FlashAttention(**kwargs)
+
+
+def _qkv(b=2, h=3, sq=33, sk=45, d=64, dtype=torch.float16, device="cpu"):
+    return (torch.empty(b, h, sq, d, dtype=dtype, device=device), torch.empty(b, h, sk, d, dtype=dtype, device=device),
+            torch.empty(b, h, sk, d, dtype=dtype, device=device))
+
+
+def test_flash_attention_input_errors_name_the_argument():
+    q, k, v = _qkv()
+    with pytest.raises(LaunchError, match="v has dtype torch.bfloat16"):
+        flash_attention(q, k, v.bfloat16())
+    with pytest.raises(LaunchError, match=r"k \[2, 3, 45, 64\] and v \[2, 3, 44, 64\]"):
+        flash_attention(q, k, v[:, :, :44].contiguous())
+    with pytest.raises(LaunchError, match="q .* and k .* must agree in batch, heads and head_dim"):
+        flash_attention(q, k[:, :2].contiguous(), v[:, :2].contiguous())
+    with pytest.raises(LaunchError, match="head_dim .* must be one of"):
+        flash_attention(*_qkv(d=96))
+    with pytest.raises(LaunchError, match="k must be contiguous"):
+        flash_attention(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
+    with pytest.raises(LaunchError, match="q must be float16 or bfloat16"):
+        flash_attention(q.float(), k, v)
+    with pytest.raises(LaunchError, match="q must be 4-D"):
+        flash_attention(q[0], k, v)
+
+
+def test_decode_attention_input_errors_name_the_argument():
+    q, k, v = _qkv(sq=1, sk=64)
+    lens = torch.full((2,), 64, dtype=torch.int32)
+    with pytest.raises(LaunchError, match="q must hold one token"):
+        decode_attention(_qkv(sq=2)[0], k, v, lens)
+    with pytest.raises(LaunchError, match="seq_lens must be a 1-D tensor of 2 lengths"):
+        decode_attention(q, k, v, lens[:1])
+    with pytest.raises(LaunchError, match="seq_lens must be an int32"):
+        decode_attention(q, k, v, lens.float())
+    with pytest.raises(LaunchError, match="v_cache has dtype torch.bfloat16"):
+        decode_attention(q, k, v.bfloat16(), lens)
+
+
+# --- GPU ------------------------------------------------------------------------------------------------
+def reference(q, k, v, causal, scale=None):
+    return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
+                                                            scale=scale).to(q.dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("seq_q,seq_k", [(1, 1), (64, 64), (100, 77), (77, 300), (257, 129), (1000, 1000)])
+def test_flash_attention_matches_torch(dtype, causal, head_dim, seq_q, seq_k):
+    torch.manual_seed(seq_q * 7 + seq_k)
+    q = torch.randn(2, 3, seq_q, head_dim, dtype=dtype, device="cuda")
+    k = torch.randn(2, 3, seq_k, head_dim, dtype=dtype, device="cuda")
+    v = torch.randn(2, 3, seq_k, head_dim, dtype=dtype, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    flash_attention(q, k, v, causal=causal, out=out)
+    expected = reference(q, k, v, causal)
+    assert not out.isnan().any()
+    tol = 2e-2 if dtype == torch.float16 else 4e-2
+    torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
+
+
+@pytest.mark.gpu
+def test_flash_attention_causal_edges_and_scale():
+    """A key just past the diagonal carries a huge value: any leak shows."""
+    q = torch.randn(1, 2, 130, 128, dtype=torch.float16, device="cuda")
+    k = torch.randn(1, 2, 130, 128, dtype=torch.float16, device="cuda")
+    v = torch.randn(1, 2, 130, 128, dtype=torch.float16, device="cuda")
+    v[:, :, 64] = 1000.0  # first key of the second tile: rows 0..63 must not see it
+    out = flash_attention(q, k, v, causal=True, scale=0.05)
+    torch.testing.assert_close(out, reference(q, k, v, True, 0.05), atol=2e-2, rtol=2e-2)
+    assert out[:, :, :64].abs().max() < 10
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_decode_attention_matches_torch(dtype, head_dim):
+    torch.manual_seed(head_dim)
+    batch, heads, capacity = 5, 4, 3000
+    lens = torch.tensor([1, 31, 32, 1000, 2999], dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, heads, 1, head_dim, dtype=dtype, device="cuda")
+    k = torch.randn(batch, heads, capacity, head_dim, dtype=dtype, device="cuda")
+    v = torch.randn(batch, heads, capacity, head_dim, dtype=dtype, device="cuda")
+    for b in range(batch):  # stale cache entries past each length: NaN must not leak
+        k[b, :, lens[b]:] = float("nan")
+        v[b, :, lens[b]:] = float("nan")
+    out = torch.full_like(q, float("nan"))
+    decode_attention(q, k, v, lens, out=out)
+    assert not out.isnan().any()
+    for b in range(batch):
+        n = int(lens[b])
+        expected = reference(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], False)
+        torch.testing.assert_close(out[b:b + 1], expected, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_decode_attention_small_splits():
+    q = torch.randn(2, 2, 1, 128, dtype=torch.float16, device="cuda")
+    k = torch.randn(2, 2, 700, 128, dtype=torch.float16, device="cuda")
+    v = torch.randn(2, 2, 700, 128, dtype=torch.float16, device="cuda")
+    lens = torch.tensor([700, 333], dtype=torch.int64, device="cuda")
+    out = decode_attention(q, k, v, lens, split_len=128, scale=0.2)
+    for b in range(2):
+        n = int(lens[b])
+        expected = reference(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], False, 0.2)
+        torch.testing.assert_close(out[b:b + 1], expected, atol=2e-2, rtol=2e-2)
+
+
+def test_log2e():
+    assert abs(LOG2E - 1 / math.log(2)) < 1e-12

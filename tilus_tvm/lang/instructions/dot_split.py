@@ -1,0 +1,65 @@
+"""``self.dot_split``: a tensor-core product whose split over warps the kernel chooses."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from tilus_tvm.errors import ScriptError
+from tilus_tvm.ir import inst as ir
+from tilus_tvm.ir.tensor import RegisterTensor
+from tilus_tvm.lang.instructions.memory import InstructionBase
+
+# (operand dtype, accumulator dtype) -> the (m, n, k) of the smallest mma.sync atom
+_ATOMS = {("float16", "float32"): (16, 8, 16), ("float16", "float16"): (16, 8, 16),
+          ("bfloat16", "float32"): (16, 8, 16), ("int8", "int32"): (16, 8, 32)}
+
+
+class DotSplitInstructions(InstructionBase):
+    """``dot_split``."""
+
+    def dot_split(self, a: RegisterTensor, b: RegisterTensor, c: RegisterTensor, /, *,
+                  warp_grid: Sequence[int], out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Matrix product ``out = a @ b + c`` on ``mma.sync``, the C tile split over the block's warps
+        as ``warp_grid = (warps_m, warps_n)`` says (``dot`` picks its own split).
+
+        ``a`` [m, k] and ``b`` [k, n] float16/bfloat16 (float32 or, for float16, float16 ``c``) or
+        int8 (int32 ``c``); m a multiple of 16 * warps_m, n of 8 * warps_n, k of the atom's k (16; 32
+        for int8). ``warps_m * warps_n`` must divide the block's warps (the rest compute replicas).
+        ``out`` may be ``c`` (accumulate in place). With ``warp_grid=(warps, 1)`` each warp owns whole
+        rows of C: a row reduction of the result is a warp shuffle, and the result (cast to a's
+        dtype) is already in the A-operand layout of a following ``dot_split`` with the same grid.
+
+        >>> s = self.dot_split(q, k_t, zeros, warp_grid=(4, 1))   # doctest: +SKIP
+        """
+        builder = self._builder("dot_split")
+        a, b, c = builder.materialize(a), builder.materialize(b), builder.materialize(c)
+        for what, t in (("a", a), ("b", b), ("c", c)):
+            if not isinstance(t, RegisterTensor) or len(t.shape) != 2:
+                raise ScriptError(f"dot_split: {what} must be a 2-D register tensor, got {t!r}")
+        (m, k), (k2, n) = a.shape, b.shape
+        if k != k2 or tuple(c.shape) != (m, n):
+            raise ScriptError(f"dot_split: incompatible shapes a {list(a.shape)}, b {list(b.shape)}, "
+                              f"c {list(c.shape)}: expected a [m, k], b [k, n], c [m, n]")
+        if a.dtype != b.dtype:
+            raise ScriptError(f"dot_split: a and b must have the same dtype, got {a.describe()} and {b.describe()}")
+        atom = _ATOMS.get((a.dtype.name, c.dtype.name))
+        if atom is None:
+            raise ScriptError(f"dot_split: {a.dtype.name} operands with a {c.dtype.name} accumulator have no "
+                              f"mma.sync atom; supported: {sorted(_ATOMS)}")
+        grid = tuple(warp_grid) if isinstance(warp_grid, (list, tuple)) else ()
+        if len(grid) != 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in grid):
+            raise ScriptError(f"dot_split: warp_grid must be two positive ints (warps_m, warps_n), got {warp_grid!r}")
+        warps = builder.num_threads // 32
+        if warps % (grid[0] * grid[1]):
+            raise ScriptError(f"dot_split: warp_grid {list(grid)} does not divide the block's {warps} warps")
+        for name, size, unit in (("m", m, atom[0] * grid[0]), ("n", n, atom[1] * grid[1]), ("k", k, atom[2])):
+            if size % unit:
+                raise ScriptError(f"dot_split: {name}={size} must be a multiple of {unit} (the mma.sync atom "
+                                  f"times the warps along {name}) for warp_grid {list(grid)}")
+        if out is None:
+            out = builder.new_register(c.dtype, c.shape)
+        elif not isinstance(out, RegisterTensor) or out.shape != c.shape or out.dtype != c.dtype:
+            raise ScriptError(f"dot_split: out {out!r} must be a register tensor like c {c.describe()}")
+        import tilus_tvm.instructions.dot_split  # noqa: F401 - registers the instruction (imports TVM)
+
+        builder.emit(ir.DotSplit(out, a, b, c, warp_grid=grid))
+        return out

@@ -1,0 +1,117 @@
+"""Attention: ``flash_attention`` (prefill) and ``decode_attention`` (KV cache) beside
+``torch.nn.functional.scaled_dot_product_attention`` with its flash and cuDNN backends.
+
+    python scripts/bench_attention.py        # about two minutes on an H100
+
+Prefill: batch 4, 32 heads, head_dim 128, float16, seq 1K/4K/16K, causal and not, in TFLOP/s
+(4 * b * h * sq * sk * d, halved when causal). Decode: batch 32, 32 heads, one query token, KV
+lengths 1K..32K (all equal), and a batch of mixed lengths in [1K, 32K] (SDPA with a padding mask),
+in GB/s of KV cache read. A backend that is unavailable is shown as "-". Every result is checked
+against SDPA before timing. Goals: prefill >= 0.8x SDPA flash; decode >= 0.9x SDPA.
+"""
+import pathlib
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from tilus_tvm.schedules import decode_attention, flash_attention  # noqa: E402
+from tilus_tvm.utils import benchmark_func  # noqa: E402
+
+BATCH, HEADS, HEAD_DIM, DTYPE = 4, 32, 128, torch.float16
+PREFILL_SEQS = (1024, 4096, 16384)
+DECODE_BATCH, DECODE_LENGTHS = 32, (1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def sdpa_backend(name):
+    """A function running SDPA on one backend (None when torch lacks it)."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return None
+    backend = getattr(SDPBackend, name, None)
+    if backend is None:
+        return None
+
+    def run(q, k, v, causal=False, attn_mask=None):
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, attn_mask=attn_mask)
+
+    return run
+
+
+def try_time(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+        return benchmark_func(lambda: fn(*args, **kwargs), warmup=3, repeat=10)
+    except Exception:  # noqa: BLE001 - an unavailable backend leaves its column empty
+        return None
+
+
+def column(value, fmt="{:9.1f}"):
+    return fmt.format(value) if value is not None else f"{'-':>9}"
+
+
+def prefill():
+    flash, cudnn = sdpa_backend("FLASH_ATTENTION"), sdpa_backend("CUDNN_ATTENTION")
+    print(f"\n# prefill: batch {BATCH}, heads {HEADS}, head_dim {HEAD_DIM}, {DTYPE} (TFLOP/s)")
+    print(f"{'seq':>6}{'causal':>8}{'ours':>9}{'flash':>9}{'cudnn':>9}{'vs flash':>10}{'max err':>10}")
+    for seq in PREFILL_SEQS:
+        q, k, v = (torch.randn(BATCH, HEADS, seq, HEAD_DIM, dtype=DTYPE, device="cuda") for _ in range(3))
+        for causal in (False, True):
+            expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            error = (flash_attention(q, k, v, causal=causal).float() - expected.float()).abs().max().item()
+            flops = 4 * BATCH * HEADS * seq * seq * HEAD_DIM / (2 if causal else 1)
+            tflops = lambda ms: None if ms is None else flops / ms / 1e9  # noqa: E731
+            ours = tflops(try_time(flash_attention, q, k, v, causal=causal))
+            t_flash = tflops(try_time(flash, q, k, v, causal)) if flash else None
+            t_cudnn = tflops(try_time(cudnn, q, k, v, causal)) if cudnn else None
+            ratio = ours / t_flash if ours and t_flash else None
+            print(f"{seq:>6}{str(causal):>8}{column(ours)}{column(t_flash)}{column(t_cudnn)}"
+                  f"{column(ratio, '{:9.2f}x')}{error:10.1e}")
+        del q, k, v
+
+
+def decode():
+    flash, cudnn = sdpa_backend("FLASH_ATTENTION"), sdpa_backend("CUDNN_ATTENTION")
+    print(f"\n# decode: batch {DECODE_BATCH}, heads {HEADS}, head_dim {HEAD_DIM}, {DTYPE} (GB/s of KV cache read)")
+    print(f"{'kv len':>8}{'ours':>9}{'sdpa':>9}{'flash':>9}{'cudnn':>9}{'vs sdpa':>10}{'max err':>10}")
+    for length in DECODE_LENGTHS + ("mixed",):
+        capacity = DECODE_LENGTHS[-1] if length == "mixed" else length
+        q = torch.randn(DECODE_BATCH, HEADS, 1, HEAD_DIM, dtype=DTYPE, device="cuda")
+        k = torch.randn(DECODE_BATCH, HEADS, capacity, HEAD_DIM, dtype=DTYPE, device="cuda")
+        v = torch.randn_like(k)
+        if length == "mixed":
+            gen = torch.Generator().manual_seed(0)
+            lens = torch.randint(1024, capacity + 1, (DECODE_BATCH,), generator=gen).to(torch.int32).cuda()
+            mask = (torch.arange(capacity, device="cuda")[None, :] < lens[:, None])[:, None, None, :]
+        else:
+            lens = torch.full((DECODE_BATCH,), length, dtype=torch.int32, device="cuda")
+            mask = None
+        nbytes = 2 * HEADS * HEAD_DIM * k.element_size() * int(lens.sum())
+        gbs = lambda ms: None if ms is None else nbytes / ms / 1e6  # noqa: E731
+        sdpa = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
+        expected = sdpa(q, k, v)
+        error = (decode_attention(q, k, v, lens).float() - expected.float()).abs().max().item()
+        ours = gbs(try_time(decode_attention, q, k, v, lens))
+        t_sdpa = gbs(try_time(sdpa, q, k, v))
+        t_flash = gbs(try_time(flash, q, k, v, False, mask)) if flash else None
+        t_cudnn = gbs(try_time(cudnn, q, k, v, False, mask)) if cudnn else None
+        ratio = ours / t_sdpa if ours and t_sdpa else None
+        print(f"{str(length):>8}{column(ours)}{column(t_sdpa)}{column(t_flash)}{column(t_cudnn)}"
+              f"{column(ratio, '{:9.2f}x')}{error:10.1e}")
+        del q, k, v
+
+
+def main():
+    if not torch.cuda.is_available():
+        print("bench_attention.py needs a CUDA GPU")
+        return
+    torch.manual_seed(0)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    prefill()
+    decode()
+
+
+if __name__ == "__main__":
+    main()

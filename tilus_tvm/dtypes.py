@@ -370,3 +370,21 @@ def as_dtype(value: Any) -> DataType:
         raise ScriptError(f"unknown data type {value!r}; expected a DataType, one of {', '.join(_BY_NAME)}, "
                           f"a TVM dtype string, or a torch or numpy dtype")
     return found
+
+
+# ---- low-precision types (issue 12) ---------------------------------------------------------------
+# Tilus's names, registered at import so that their other spellings (``float8_e4m3fn``, torch's
+# ``torch.float8_e5m2``, ...) lead to them. What each code means, how values round into these types and
+# how sub-byte elements are packed is tilus_tvm/lowp.py's job, documented there. TVM and torch names are
+# given where those libraries have the same format (TVM's float6_e3m2fn / float6_e2m3fn exist too, but
+# the float6 rows keep no TVM name: nothing in tilus-tvm lowers them yet, and a TVM constant of them
+# stays an error). PTX names are the ISA's type suffixes (``cvt.rn.satfinite.e4m3x2.f32``).
+float8_e4m3 = register(_floating(4, 3, tvm_name="float8_e4m3fn", torch_name="float8_e4m3fn", ptx="e4m3"))
+float8_e5m2 = register(_floating(5, 2, tvm_name="float8_e5m2", torch_name="float8_e5m2", ptx="e5m2"))
+float8_e8m0 = register(_floating(8, 0, signed=False, tvm_name="float8_e8m0fnu", torch_name="float8_e8m0fnu",
+                                 ptx="ue8m0"))
+float6_e3m2 = register(_floating(3, 2, ptx="e3m2"))
+float6_e2m3 = register(_floating(2, 3, ptx="e2m3"))
+float4_e2m1 = register(_floating(2, 1, tvm_name="float4_e2m1fn", ptx="e2m1"))
+int1b, int2b, int3b, int4b, int5b, int6b, int7b = (int_type(nbits) for nbits in range(1, 8))
+uint1b, uint2b, uint3b, uint4b, uint5b, uint6b, uint7b = (int_type(nbits, signed=False) for nbits in range(1, 8))

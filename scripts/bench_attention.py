@@ -2,6 +2,10 @@
 ``torch.nn.functional.scaled_dot_product_attention`` with its flash and cuDNN backends.
 
     python scripts/bench_attention.py        # about two minutes on an H100
+    python scripts/bench_attention.py --configs "64,64,4,2,32 128,64,8,2,32 64,32,4,3,32"   # prefill only
+
+``--configs``: FlashAttention configurations (block_q, block_kv, warps, stages, out_chunk) to time
+in place of the library's choice, one prefill table each (for tuning FLASH_CONFIGS).
 
 Prefill: batch 4, 32 heads, head_dim 128, float16, seq 1K/4K/16K, causal and not, in TFLOP/s
 (4 * b * h * sq * sk * d, halved when causal). Decode: batch 32, 32 heads, one query token, KV
@@ -9,13 +13,14 @@ lengths 1K..32K (all equal), and a batch of mixed lengths in [1K, 32K] (SDPA wit
 in GB/s of KV cache read. A backend that is unavailable is shown as "-". Every result is checked
 against SDPA before timing. Goals: prefill >= 0.8x SDPA flash; decode >= 0.9x SDPA.
 """
+import argparse
 import pathlib
 import sys
 
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from tilus_tvm.schedules import decode_attention, flash_attention  # noqa: E402
+from tilus_tvm.schedules import attention, decode_attention, flash_attention  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
 
 BATCH, HEADS, HEAD_DIM, DTYPE = 4, 32, 128, torch.float16
@@ -52,9 +57,9 @@ def column(value, fmt="{:9.1f}"):
     return fmt.format(value) if value is not None else f"{'-':>9}"
 
 
-def prefill():
+def prefill(label=""):
     flash, cudnn = sdpa_backend("FLASH_ATTENTION"), sdpa_backend("CUDNN_ATTENTION")
-    print(f"\n# prefill: batch {BATCH}, heads {HEADS}, head_dim {HEAD_DIM}, {DTYPE} (TFLOP/s)")
+    print(f"\n# prefill: batch {BATCH}, heads {HEADS}, head_dim {HEAD_DIM}, {DTYPE} (TFLOP/s){label}")
     print(f"{'seq':>6}{'causal':>8}{'ours':>9}{'flash':>9}{'cudnn':>9}{'vs flash':>10}{'max err':>10}")
     for seq in PREFILL_SEQS:
         q, k, v = (torch.randn(BATCH, HEADS, seq, HEAD_DIM, dtype=DTYPE, device="cuda") for _ in range(3))
@@ -107,8 +112,19 @@ def main():
     if not torch.cuda.is_available():
         print("bench_attention.py needs a CUDA GPU")
         return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default=None, help="FlashAttention configs: bq,bkv,warps,stages,out_chunk ...")
+    options = parser.parse_args()
     torch.manual_seed(0)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if options.configs:
+        for text in options.configs.split():
+            config = tuple(int(v) for v in text.split(","))
+            attention.FLASH_CONFIGS[HEAD_DIM] = config
+            attention._FLASH_KERNELS.clear()
+            prefill(f", FlashAttention{config}")
+        return
+    print(f"# FlashAttention config (block_q, block_kv, warps, stages, out_chunk): {attention.FLASH_CONFIGS[HEAD_DIM]}")
     prefill()
     decode()
 

@@ -31,7 +31,7 @@ import math
 from typing import Any, Optional
 
 import tilus_tvm as tilus
-from tilus_tvm import bfloat16, boolean, float16, float32, int32, void
+from tilus_tvm import bfloat16, float16, float32, int32, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
 

@@ -27,8 +27,8 @@ from tilus_tvm.errors import LayoutError
 from tilus_tvm.instructions.async_copy import _divisible, _static
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
-from tilus_tvm.layout.atoms import LdmatrixAtom, get_ldmatrix_atom
-from tilus_tvm.layout.register import RegisterLayout
+from tilus_tvm.layout.atoms import get_ldmatrix_atom
+from tilus_tvm.layout.register import RegisterLayout, column_spatial, compose, local, spatial
 from tilus_tvm.layout.register_ops import divide, permute
 
 
@@ -39,7 +39,7 @@ class LdmatrixPlan:
     ``transposed`` when the stored 16-byte rows run along the tile's first dimension (a tile read
     through ``smem.transpose()``), so stored index ``(i, j)`` is tile index ``(j, i)``."""
 
-    atom: LdmatrixAtom
+    atom: Any  # LdmatrixAtom or ReorderedLdmatrix
     outer: RegisterLayout
     transposed: bool
 
@@ -52,6 +52,45 @@ class LdmatrixPlan:
         address = self.atom.lane_address(lane)
         stored = [o * extent + a for o, extent, a in zip(origin, self.atom.shape, address)]
         return stored[::-1] if self.transposed else stored
+
+
+@dataclass(frozen=True)
+class ReorderedLdmatrix:
+    """``ldmatrix`` with its 8x8 matrices in another order over the stored tile.
+
+    Which matrix lands in register ``j`` is only a matter of which rows lanes ``8j .. 8j+7``
+    address, so the same instruction serves fragments whose registers run over the matrices in
+    another order: here the 2x2 blocks of an x4 tile in row-major order (matrix ``j`` at block row
+    ``j // 2``, block column ``j % 2``; the standard atom is column-major), or the two matrices of
+    an x2 tile side by side. A b operand read through a transposed view needs it.
+    """
+
+    num: int
+    trans: bool
+    shape: tuple[int, int]
+    layout: RegisterLayout
+    block_cols: int  # matrices per block row
+
+    @property
+    def num_address_lanes(self) -> int:
+        return 8 * self.num
+
+    def lane_address(self, lane: Any) -> tuple[Any, Any]:
+        matrix = lane // 8
+        return (matrix // self.block_cols * 8 + lane % 8, matrix % self.block_cols * 8)
+
+
+def _atoms(num: int, trans: bool, bits: int) -> list:
+    """The standard ``ldmatrix`` atom, then its reorderings (see :class:`ReorderedLdmatrix`)."""
+    atom = get_ldmatrix_atom(num, trans, bits)
+    found = [atom]
+    if num == 4 or num == 2:
+        pack = 32 // bits
+        inner = column_spatial(4, 8).local(2, 1) if trans else spatial(8, 4).local(1, pack)
+        blocks = local(2, 2) if num == 4 else local(1, 2)
+        layout = compose(blocks, inner)
+        found.append(ReorderedLdmatrix(num, trans, tuple(layout.shape), layout, 2))
+    return found
 
 
 def _rows_fit(src, layout, dim: int, offset: Any, row: int, analyzer: Any) -> bool:
@@ -86,12 +125,12 @@ def ldmatrix_plan(inst: ir.LoadShared, layout=None, analyzer: Any = None) -> Opt
             for trans in (False, True):
                 if trans and bits != 16:
                     continue
-                atom = get_ldmatrix_atom(num, trans, bits)
-                try:
-                    outer = divide(stored_layout, atom.layout)
-                except LayoutError:
-                    continue
-                return LdmatrixPlan(atom, outer, transposed)
+                for atom in _atoms(num, trans, bits):
+                    try:
+                        outer = divide(stored_layout, atom.layout)
+                    except LayoutError:
+                        continue
+                    return LdmatrixPlan(atom, outer, transposed)
     return None
 
 

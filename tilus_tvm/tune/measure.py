@@ -1,0 +1,156 @@
+"""Building and timing candidates with MetaSchedule's builder and runner.
+
+A candidate is one configuration lowered to its destination-passing ``IRModule`` (the function
+renamed ``main``, run-time scalars that no tensor shape gives fixed to the call's values, the
+configuration's JSON in the function attribute ``tilus.config`` so a builder or runner can tell
+candidates apart). MetaSchedule builds it with :func:`build_candidate` (``tvm.compile`` with the
+``tirx`` pipeline; MetaSchedule's default build function would first import
+``tvm.s_tir.tensor_intrin``, which takes longer than its time limit) and times it on tensors of the
+call's shapes (:func:`args_info`).
+
+Defaults: ``ms.builder.LocalBuilder`` (one worker process per core; it needs ``cloudpickle`` and
+``psutil``, the ``tune`` extra; without them :class:`SerialBuilder`, the same build in this
+process) and ``ms.runner.LocalRunner`` on GPU 0. ``tracker="host:port:key"`` makes an
+``ms.runner.RPCRunner`` with one worker per server the tracker has for ``key``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any, Optional
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+
+from tilus_tvm.tune.errors import TuningError
+
+CONFIG_ATTR = "tilus.config"
+ENTRY = "main"
+# Each configuration: 1 warm-up, then 3 repeats of at least 40 ms each (enough for a stable
+# median of kernels that run for tens of microseconds to milliseconds).
+EVALUATOR = dict(number=5, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
+
+
+def build_candidate(mod: tvm.IRModule, target: tvm.target.Target, _params: Optional[dict] = None):
+    """MetaSchedule build function: the runtime module of a candidate (TVM's ``tirx`` pipeline)."""
+    return tvm.compile(mod, target=target, tir_pipeline="tirx").mod
+
+
+def build_scheduled(mod: tvm.IRModule, target: tvm.target.Target, _params: Optional[dict] = None):
+    """MetaSchedule build function for schedules of TIR workloads (``tune_tir``): the ``s_tir`` pipeline,
+    which lowers the scheduled blocks and the tensorized intrinsics."""
+    return tvm.compile(mod, target=target, tir_pipeline="s_tir").mod
+
+
+def candidate_module(prim_func, scalar_values: dict[str, Any], config_json: str) -> tvm.IRModule:
+    """The module MetaSchedule builds for one configuration (see the module docstring)."""
+    fixed = {}
+    for param in prim_func.params:
+        if not isinstance(param, tvm.tirx.Buffer) and param.name in scalar_values:
+            fixed[param] = tvm.tirx.const(scalar_values[param.name], str(param.ty))
+    func = prim_func.specialize(fixed) if fixed else prim_func
+    func = func.with_attr("global_symbol", ENTRY).with_attr(CONFIG_ATTR, config_json)
+    return tvm.IRModule({ENTRY: func})
+
+
+def args_info(prim_func, scalar_values: dict[str, Any]) -> list:
+    """``ms.arg_info.TensorInfo`` of each tensor parameter, its shape evaluated at the call's scalars."""
+    import tvm.sym
+
+    infos = []
+    for param in prim_func.params:
+        if not isinstance(param, tvm.tirx.Buffer):  # (in TVM 0.27 a buffer parameter is also a Var)
+            continue
+        shape = []
+        for dim in param.shape:
+            analyzer = tvm.sym.Analyzer()
+            for var in tvm.tirx.analysis.undefined_vars(dim):
+                if var.name in scalar_values:
+                    analyzer.bind(var, tvm.tirx.const(scalar_values[var.name], str(var.ty)))
+            value = analyzer.simplify(dim)
+            if not isinstance(value, tvm.tirx.IntImm):
+                raise TuningError(f"args_info: dimension {dim} of {param.name} does not follow from the "
+                                  f"call's scalars {scalar_values}")
+            shape.append(int(value))
+        infos.append(ms.arg_info.TensorInfo(str(param.dtype), shape))
+    return infos
+
+
+@derived_object
+class SerialBuilder(ms.builder.PyBuilder):
+    """A MetaSchedule builder that builds in this process, one candidate after another (for machines
+    without ``cloudpickle``/``psutil``, which ``LocalBuilder``'s worker pool needs)."""
+
+    def __init__(self, f_build=build_candidate):
+        super().__init__()
+        self.f_build = f_build
+
+    def build(self, build_inputs):
+        from tvm.s_tir.meta_schedule.builder.local_builder import default_export
+
+        results = []
+        for build_input in build_inputs:
+            try:
+                path = default_export(self.f_build(build_input.mod, build_input.target))
+                results.append(ms.builder.BuilderResult(path, None))
+            except Exception as exc:  # noqa: BLE001 - MetaSchedule reports the failure, the candidate is skipped
+                results.append(ms.builder.BuilderResult(None, f"{type(exc).__name__}: {exc}"))
+        return results
+
+
+def has_worker_pool() -> bool:
+    """Whether MetaSchedule's process pools can run here (``cloudpickle`` and ``psutil``)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("cloudpickle", "psutil"))
+
+
+def default_builder(max_workers: Optional[int] = None, f_build=build_candidate):
+    """``LocalBuilder`` with ``f_build`` on every core (``SerialBuilder`` without its worker pool)."""
+    if not has_worker_pool():
+        return SerialBuilder(f_build)
+    return ms.builder.LocalBuilder(max_workers=max_workers or os.cpu_count() or 1, timeout_sec=120, f_build=f_build)
+
+
+def evaluator_config():
+    return ms.runner.EvaluatorConfig(**EVALUATOR)
+
+
+def default_runner():
+    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=evaluator_config())
+
+
+def parse_tracker(tracker: str) -> tuple[str, int, str]:
+    """``"host:port:key"`` -> ``(host, port, key)``."""
+    parts = tracker.rsplit(":", 2) if isinstance(tracker, str) else []
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[0] or not parts[2]:
+        raise TuningError(f"tracker must be 'host:port:key' (e.g. '127.0.0.1:9190:h100'), got {tracker!r}")
+    return parts[0], int(parts[1]), parts[2]
+
+
+def tracker_runner(tracker: str, session_timeout_sec: int = 60):
+    """An ``RPCRunner`` timing candidates on every server registered with the tracker under the key."""
+    host, port, key = parse_tracker(tracker)
+    config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key,
+                                 session_timeout_sec=session_timeout_sec)
+    servers = config.count_num_servers(allow_missing=False)
+    return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator_config(), max_workers=servers)
+
+
+def runner_for(runner: Any = None, tracker: Optional[str] = None):
+    if runner is not None and tracker is not None:
+        raise TuningError("give a runner or a tracker, not both")
+    if runner is not None:
+        return runner
+    if tracker is not None:
+        return tracker_runner(tracker)
+    return default_runner()
+
+
+def first_line(text: Any, limit: int = 300) -> str:
+    """The most telling line of an error message, shortened: TVM's and nvcc's messages end with the
+    reason, after a traceback."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    if not lines:
+        return "unknown error"
+    reason = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1])
+    return reason if len(reason) <= limit else reason[:limit - 3] + "..."

@@ -16,6 +16,7 @@ from tilus_tvm.lang.script import Script
 from tilus_tvm.lowp import PackedTensor, from_torch
 from tilus_tvm.runtime.cache import set_cache_dir
 from tilus_tvm.runtime.kernel import CompiledKernel, load_kernel
+from tilus_tvm.runtime.export import load  # an exported kernel or Relax library, nothing recompiled
 from tilus_tvm import tune  # callable: tilus_tvm.tune(kernel, *args) tunes ahead of time (tune/__init__.py)
 from tilus_tvm.tune import autotune, tune_tir
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from tilus_tvm.errors import CompileError, LaunchError
 from tilus_tvm.ir.scalar import expr_to_python
@@ -87,20 +86,35 @@ class CompiledKernel:
                                               compiler="nvcc").decode()
         return self._ptx
 
-    def export(self, path: str) -> str:
-        """Write the kernel as a shared library, plus ``<path>.json`` describing its signature, so
-        :func:`load_kernel` gives back a launchable kernel later without recompiling. The library alone
-        is a TVM module too (``tvm.runtime.load_module(path)[name]``, pointers passed as 1-D tensors)."""
+    def export(self, path: str, archs: Optional[Sequence[str]] = None) -> str:
+        """Write the kernel as one shared library holding compiled GPU code -- a fatbin built by nvcc
+        for ``archs`` (default: the architecture it was compiled for; ``["sm_80", "sm_90"]`` serves
+        both), never CUDA source -- plus ``<path>.json`` describing its signature, so
+        :func:`load_kernel` (or :func:`tilus_tvm.load`) gives back a launchable kernel later without
+        nvcc or NVRTC. Works without a GPU. The library alone is a TVM module too
+        (``tvm.runtime.load_module(path)[name]``)."""
+        from tilus_tvm.runtime.export import export_library, warn_older_archs
+
         path = str(path)
-        if self.executable is not None:
-            self.executable.export_library(path)
-        elif self.library_path is not None:
-            shutil.copyfile(self.library_path, path)
-        else:
-            raise CompileError(f"kernel {self.display_name} has no library to export")
+        archs = [self.arch] if archs is None else ([archs] if isinstance(archs, str) else list(archs))
+        warn_older_archs(self.arch, archs)
+        export_library(self._executable_for_export(), path, archs, sources=[self.cuda_source])
         with open(path + ".json", "w") as f:
-            json.dump(self.description(), f, indent=1)
+            json.dump({**self.description(), "archs": archs}, f, indent=1)
         return path
+
+    def _executable_for_export(self):
+        """The executable built in this process, or -- for a kernel from the disk cache, whose library
+        holds code for one machine -- one rebuilt from its TIR."""
+        if self.executable is not None:
+            return self.executable
+        import tvm
+
+        try:
+            return tvm.compile(self.prim_func, target=self.target, tir_pipeline="tirx")
+        except Exception as exc:  # noqa: BLE001 - TVM raises many types; name the kernel
+            raise CompileError(f"kernel {self.display_name}: rebuilding it from its TIR to export failed: "
+                               f"{exc}") from exc
 
     def description(self) -> dict[str, Any]:
         """Everything but the library: what load_kernel needs to launch it again."""
@@ -268,8 +282,9 @@ def _annotation(kind: str, text: str) -> Any:
 
 
 def load_kernel(path: str) -> CompiledKernel:
-    """Load a kernel written by :meth:`CompiledKernel.export`; nothing is recompiled (the CUDA
-    module is loaded, and its source compiled by the driver's NVRTC, at the first launch)."""
+    """Load a kernel written by :meth:`CompiledKernel.export`; nothing is compiled: the library holds
+    a fatbin, which the CUDA driver loads at the first launch (no nvcc, no NVRTC). Launches check their
+    arguments as the JIT kernel's do."""
     from tilus_tvm.passes.kernel_abi import KernelABI
     from tilus_tvm.target import check_arch
 

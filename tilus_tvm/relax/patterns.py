@@ -1,0 +1,309 @@
+"""The operators :class:`~tilus_tvm.relax.dispatch.DispatchKernels` rewrites, one table entry each.
+
+Each rewrite checks the kernel's constraints on the Relax call (raising ``NotDispatched`` with the
+reason when one fails), flattens the leading dimensions into rows with a reshape (a view: no copy
+once lowered), calls the kernel through ``context.kernel`` and reshapes the result back:
+
+    relax.matmul        x [..., K] @ w [K, N], or @ permute_dims(w [N, K])  ->  Matmul (b row/col-major)
+                        float16/bfloat16, K and N static multiples of 8
+    relax.nn.softmax    over the last axis, static length                    ->  Softmax / OnlineSoftmax
+    relax.nn.layer_norm over the last axis, with gamma and beta              ->  LayerNorm
+    relax.nn.rms_norm   over the last axis                                   ->  RMSNorm
+    relax.nn.attention  [B, S, H, D] (BSHD), D 64 or 128, equal head counts,
+                        no bias or window, causal top-left (or equal lengths) ->  FlashAttention over
+                                                                               [B*H, S, D] (permute_dims)
+
+Adding a kernel is one :class:`Pattern` here (or ``DispatchKernels(patterns=PATTERNS + (mine,))``).
+Patterns of one operator are tried in order; ``NotApplicable`` passes silently to the next.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from typing import Any, Optional
+
+from tvm import relax, tirx
+
+from tilus_tvm.relax.dispatch import DispatchContext, NotApplicable, NotDispatched, Pattern
+
+HALF_DTYPES = ("float16", "bfloat16")
+ROW_DTYPES = ("float16", "bfloat16", "float32")
+VECTOR_ELEMENTS = 8  # 16-byte rows of float16/bfloat16: what the cp.async tiles of Matmul load
+LARGE_M = 1 << 20  # a symbolic number of rows picks the configuration for many rows
+LOG2E = 1.4426950408889634
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def _tensor(expr: Any, what: str) -> Any:
+    ty = getattr(expr, "ty", None)
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or ty.ndim < 0:
+        raise NotDispatched(f"{what} has no known shape ({ty})")
+    return ty
+
+
+def _dims(ty: Any) -> list:
+    return list(ty.shape.values)
+
+
+def _text(dim: Any) -> str:
+    """A dimension as people write it: ``768``, ``seq``."""
+    static = _static(dim)
+    return str(static) if static is not None else str(dim)
+
+
+def _shape(dims: list) -> str:
+    return "(" + ", ".join(_text(d) for d in dims) + ")"
+
+
+def _static(dim: Any) -> Optional[int]:
+    if isinstance(dim, int):
+        return dim
+    return int(dim.value) if isinstance(dim, tirx.IntImm) else None
+
+
+def _same_dim(a: Any, b: Any) -> bool:
+    if _static(a) is not None or _static(b) is not None:
+        return _static(a) == _static(b)
+    return a.same_as(b)
+
+
+def _rows(dims: list) -> Any:
+    """The product of ``dims`` (int64), a constant when they all are."""
+    if all(_static(d) is not None for d in dims):
+        return tirx.IntImm("int64", math.prod(_static(d) for d in dims))
+    return functools.reduce(operator.mul, dims)
+
+
+def _reshape(context: DispatchContext, expr: Any, shape: list, name: str) -> Any:
+    ty = expr.ty
+    if len(_dims(ty)) == len(shape) and all(_same_dim(a, b) for a, b in zip(_dims(ty), shape)):
+        return expr
+    return context.emit(relax.op.reshape(expr, shape), name)
+
+
+def _dtype(ty: Any) -> str:
+    return str(ty.dtype)
+
+
+def _last_axis(axes: Any, ndim: int, what: str) -> None:
+    axes = [int(a) for a in (axes if isinstance(axes, (list, tuple)) or hasattr(axes, "__len__") else [axes])]
+    if [a % ndim for a in axes] != [ndim - 1]:
+        raise NotDispatched(f"{what} over axes {axes}; the kernel works over the last axis only")
+
+
+def _static_last(ty: Any, what: str) -> int:
+    last = _static(_dims(ty)[-1])
+    if last is None:
+        raise NotDispatched(f"{what}: the last dimension {_text(_dims(ty)[-1])} is symbolic; the kernel is built per "
+                            f"length")
+    return last
+
+
+def _output(shape: list, dtype: str) -> Any:
+    return relax.TensorType(shape, dtype)
+
+
+def _is_op(expr: Any, name: str) -> bool:
+    return expr is not None and getattr(getattr(expr, "op", None), "name", None) == name
+
+
+# --- matmul -------------------------------------------------------------------------------------
+def _weight_of(context: DispatchContext, b: Any) -> tuple[Any, str]:
+    """``(w, "col")`` when ``b`` is ``permute_dims`` of a 2-D ``w`` (``x @ w.T``, as nn.Linear writes it),
+    else ``(b, "row")``. Relax tensors are row-major, so ``w`` [N, K] is b column-major."""
+    source = context.binding_of(b)
+    if _is_op(source, "relax.permute_dims"):
+        inner = source.args[0]
+        axes = source.attrs.axes
+        ndim = getattr(getattr(inner, "ty", None), "ndim", -1)
+        if ndim == 2 and (axes is None or [int(a) for a in axes] == [1, 0]):
+            return inner, "col"
+    return b, "row"
+
+
+def rewrite_matmul(context: DispatchContext, call: Any) -> Any:
+    """``R.matmul(x, w)`` with a 2-D weight -> ``Matmul`` over ``x`` flattened to [rows, K]."""
+    from tilus_tvm.schedules.matmul import kernel_for
+
+    a, b = call.args
+    a_ty = _tensor(a, "a")
+    dtype = _dtype(a_ty)
+    if dtype not in HALF_DTYPES:
+        raise NotDispatched(f"dtype {dtype}: Matmul takes float16 or bfloat16")
+    out_dtype = call.attrs.out_dtype
+    if out_dtype is not None and str(out_dtype) not in ("", "void", dtype):
+        raise NotDispatched(f"out_dtype {out_dtype}: Matmul writes the inputs' dtype {dtype}")
+    weight, layout = _weight_of(context, b)
+    w_ty = _tensor(weight, "b")
+    if _dtype(w_ty) != dtype:
+        raise NotDispatched(f"a is {dtype}, b is {_dtype(w_ty)}; Matmul takes one dtype")
+    if w_ty.ndim != 2:
+        raise NotDispatched(f"b is {w_ty.ndim}-D: Matmul multiplies by a 2-D weight (a batched matmul of two "
+                            f"activations stays on TVM's path)")
+    if a_ty.ndim < 2:
+        raise NotDispatched("a is 1-D; Matmul takes [..., K] rows")
+    w_dims = [_static(d) for d in _dims(w_ty)]
+    if None in w_dims:
+        raise NotDispatched(f"b has the symbolic shape {_shape(_dims(w_ty))}; Matmul is built per N and K")
+    n, k = (w_dims[0], w_dims[1]) if layout == "col" else (w_dims[1], w_dims[0])
+    if _static(_dims(a_ty)[-1]) != k:
+        raise NotDispatched(f"a's last dimension {_text(_dims(a_ty)[-1])} is not b's K = {k}")
+    for name, value in (("K", k), ("N", n)):
+        if value % VECTOR_ELEMENTS:
+            raise NotDispatched(f"{name} = {value} is not a multiple of {VECTOR_ELEMENTS} (Matmul loads 16-byte rows)")
+    rows = _rows(_dims(a_ty)[:-1])
+    kernel = kernel_for(_static(rows) or LARGE_M, dtype, layout, context.hopper)
+    a2 = _reshape(context, a, [rows, _dims(a_ty)[-1]], "tilus_rows")
+    y = context.kernel(kernel, [rows, n, k, a2, weight], out=_output([rows, n], dtype))
+    if a_ty.ndim == 2:
+        return y
+    out_shape = _dims(a_ty)[:-1] + [tirx.IntImm("int64", n)]
+    return _reshape(context, context.emit(y, "tilus_matmul"), out_shape, "tilus_out")
+
+
+def rewrite_dequantize_matmul(context: DispatchContext, call: Any) -> Any:
+    """Hook for weight-only quantised linears: ``matmul(x, permute_dims(dequantize(q, scale...)))``.
+
+    It recognises the weight as the output of ``relax.dequantize`` or of a PrimFunc whose name says
+    ``dequantize``/``decode``. No tilus kernel fuses the dequantisation into the matmul yet, so it
+    reports that and the plain ``matmul`` pattern takes the call (the weight dequantised by TVM).
+    When the kernel exists: check its constraints here, return
+    ``context.kernel(QuantizedMatmul(...), [rows, n, k, x2, q, scale], out=...)``, and keep this
+    entry before ``matmul`` in :data:`PATTERNS`."""
+    weight, _ = _weight_of(context, call.args[1])
+    source = context.binding_of(weight)
+    callee = ""
+    if _is_op(source, "relax.call_tir"):
+        callee = source.args[0].name_hint
+    if not (_is_op(source, "relax.dequantize") or "dequantize" in callee or "decode" in callee):
+        raise NotApplicable()
+    raise NotDispatched("the weight is dequantised; no fused dequantise+matmul kernel yet (hook: "
+                        "tilus_tvm.relax.patterns.rewrite_dequantize_matmul)")
+
+
+# --- row kernels ----------------------------------------------------------------------------------
+def _row_input(call: Any, what: str) -> tuple[Any, str, int]:
+    x_ty = _tensor(call.args[0], what)
+    dtype = _dtype(x_ty)
+    if dtype not in ROW_DTYPES:
+        raise NotDispatched(f"dtype {dtype}: the kernel takes float16, bfloat16 or float32")
+    return x_ty, dtype, _static_last(x_ty, what)
+
+
+def rewrite_softmax(context: DispatchContext, call: Any) -> Any:
+    """``R.nn.softmax(x, axis=-1)`` -> ``Softmax`` (or ``OnlineSoftmax`` past 16K columns) over rows."""
+    from tilus_tvm.schedules.softmax import softmax_kernel_for
+
+    x_ty, dtype, n = _row_input(call, "x")
+    _last_axis([call.attrs.axis], x_ty.ndim, "softmax")
+    rows = _rows(_dims(x_ty)[:-1])
+    x2 = _reshape(context, call.args[0], [rows, n], "tilus_rows")
+    y = context.kernel(softmax_kernel_for(n, dtype), [rows, n, x2], out=_output([rows, n], dtype))
+    return _restore(context, y, x_ty)
+
+
+def _vector_param(context: DispatchContext, expr: Any, hidden: int, dtype: str, what: str) -> Any:
+    ty = _tensor(expr, what)
+    if ty.ndim != 1 or _static(_dims(ty)[0]) != hidden or _dtype(ty) != dtype:
+        raise NotDispatched(f"{what} is {_dtype(ty)} {_shape(_dims(ty))}; the kernel takes a {dtype} [{hidden}] vector")
+    return _reshape(context, expr, [1, hidden], f"tilus_{what}")
+
+
+def rewrite_rms_norm(context: DispatchContext, call: Any) -> Any:
+    """``R.nn.rms_norm(x, weight, axes=-1)`` -> ``RMSNorm`` over rows."""
+    from tilus_tvm.schedules.norms import RMSNorm
+    from tilus_tvm.schedules.softmax import row_tile
+
+    x_ty, dtype, hidden = _row_input(call, "x")
+    _last_axis(call.attrs.axes, x_ty.ndim, "rms_norm")
+    weight = _vector_param(context, call.args[1], hidden, dtype, "weight")
+    block_n, warps = row_tile(hidden, 32 if dtype == "float32" else 16)
+    rows = _rows(_dims(x_ty)[:-1])
+    x2 = _reshape(context, call.args[0], [rows, hidden], "tilus_rows")
+    y = context.kernel(RMSNorm(block_n, warps, dtype), [rows, hidden, float(call.attrs.epsilon), x2, weight],
+                       out=_output([rows, hidden], dtype))
+    return _restore(context, y, x_ty)
+
+
+def rewrite_layer_norm(context: DispatchContext, call: Any) -> Any:
+    """``R.nn.layer_norm(x, gamma, beta, axes=-1)`` (centred and scaled) -> ``LayerNorm`` over rows."""
+    from tilus_tvm.schedules.norms import LayerNorm
+    from tilus_tvm.schedules.softmax import row_tile
+
+    x_ty, dtype, hidden = _row_input(call, "x")
+    _last_axis(call.attrs.axes, x_ty.ndim, "layer_norm")
+    if not (call.attrs.center and call.attrs.scale):
+        raise NotDispatched("layer_norm without gamma/beta (center or scale off); LayerNorm here is affine")
+    gamma = _vector_param(context, call.args[1], hidden, dtype, "gamma")
+    beta = _vector_param(context, call.args[2], hidden, dtype, "beta")
+    block_n, warps = row_tile(hidden, 32 if dtype == "float32" else 16)
+    rows = _rows(_dims(x_ty)[:-1])
+    x2 = _reshape(context, call.args[0], [rows, hidden], "tilus_rows")
+    y = context.kernel(LayerNorm(block_n, warps, dtype), [rows, hidden, float(call.attrs.epsilon), x2, gamma, beta],
+                       out=_output([rows, hidden], dtype))
+    return _restore(context, y, x_ty)
+
+
+def _restore(context: DispatchContext, y: Any, ty: Any) -> Any:
+    """``y`` [rows, n] back to the shape of ``ty``."""
+    if ty.ndim == 2:
+        return y
+    return _reshape(context, context.emit(y, "tilus_y"), _dims(ty), "tilus_out")
+
+
+# --- attention ------------------------------------------------------------------------------------
+def rewrite_attention(context: DispatchContext, call: Any) -> Any:
+    """``R.nn.attention(q, k, v)`` on [B, S, H, D] -> ``FlashAttention`` on [B*H, S, D] (permuted there
+    and back: FlashAttention reads head-major rows)."""
+    from tilus_tvm.schedules.attention import HEAD_DIMS, flash_kernel_for
+
+    if len(call.args) > 3:
+        raise NotDispatched("attention with a bias; FlashAttention takes none")
+    if call.attrs.window_size is not None:
+        raise NotDispatched(f"sliding-window attention (window {call.attrs.window_size}); FlashAttention has none")
+    q, k, v = call.args
+    q_ty, k_ty, v_ty = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
+    dtype = _dtype(q_ty)
+    if dtype not in HALF_DTYPES or {_dtype(k_ty), _dtype(v_ty)} != {dtype}:
+        raise NotDispatched(f"dtypes q {dtype}, k {_dtype(k_ty)}, v {_dtype(v_ty)}; FlashAttention takes one of "
+                            f"float16, bfloat16")
+    batch, seq_q, heads, head_dim = _dims(q_ty)
+    if any(not _same_dim(a, b) for a, b in zip(_dims(k_ty), _dims(v_ty))):
+        raise NotDispatched(f"k {_shape(_dims(k_ty))} and v {_shape(_dims(v_ty))} differ in shape")
+    k_batch, seq_k, k_heads, k_dim = _dims(k_ty)
+    if not (_same_dim(heads, k_heads) and _same_dim(batch, k_batch)):
+        raise NotDispatched(f"q has {_text(heads)} heads and k {_text(k_heads)} (grouped-query attention) or the "
+                            f"batches differ; "
+                            f"FlashAttention takes equal head counts")
+    d = _static(head_dim)
+    if d not in HEAD_DIMS or _static(k_dim) != d or _static(heads) is None:
+        raise NotDispatched(f"head_dim {_text(head_dim)} (heads {_text(heads)}); FlashAttention takes static heads "
+                            f"and head_dim in {HEAD_DIMS}")
+    mask = call.attrs.causal_mask
+    if mask not in (None, "TopLeft") and not (mask == "BottomRight" and _same_dim(seq_q, seq_k)):
+        raise NotDispatched(f"causal_mask {mask!r} with different query and key lengths; FlashAttention aligns "
+                            f"the causal mask at the top left")
+    scale = float(call.attrs.scale.value) if call.attrs.scale is not None else 1.0 / math.sqrt(d)
+    rows = _rows([batch, heads])
+
+    def head_major(x: Any, seq: Any, name: str) -> Any:
+        permuted = context.emit(relax.op.permute_dims(x, [0, 2, 1, 3]), f"tilus_{name}_bhsd")
+        return _reshape(context, permuted, [rows, seq, head_dim], f"tilus_{name}_rows")
+
+    kernel = flash_kernel_for(d, mask is not None, dtype)
+    o = context.kernel(kernel, [rows, seq_q, seq_k, scale * LOG2E, head_major(q, seq_q, "q"),
+                                head_major(k, seq_k, "k"), head_major(v, seq_k, "v")],
+                       out=_output([rows, seq_q, head_dim], dtype))
+    o = _reshape(context, context.emit(o, "tilus_attention"), [batch, heads, seq_q, head_dim], "tilus_o_bhsd")
+    return relax.op.permute_dims(o, [0, 2, 1, 3])
+
+
+PATTERNS: tuple[Pattern, ...] = (
+    Pattern("dequantize_matmul", "relax.matmul", "tilus_tvm.schedules.matmul", rewrite_dequantize_matmul),
+    Pattern("matmul", "relax.matmul", "tilus_tvm.schedules.matmul", rewrite_matmul),
+    Pattern("softmax", "relax.nn.softmax", "tilus_tvm.schedules.softmax", rewrite_softmax),
+    Pattern("layer_norm", "relax.nn.layer_norm", "tilus_tvm.schedules.norms", rewrite_layer_norm),
+    Pattern("rms_norm", "relax.nn.rms_norm", "tilus_tvm.schedules.norms", rewrite_rms_norm),
+    Pattern("flash_attention", "relax.nn.attention", "tilus_tvm.schedules.attention", rewrite_attention),
+)

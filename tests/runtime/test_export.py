@@ -157,7 +157,7 @@ def environment_without_compilers() -> dict:
     env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep)
                                   if d and not os.access(os.path.join(d, "nvcc"), os.X_OK))
     env["TVM_CUDA_COMPILE_MODE"] = "nvcc"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 

@@ -64,3 +64,26 @@ def test_tune_tir_matches_torch(tmp_path, dtype):
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
     executable["main"](a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=0, atol=1e-2)
+
+
+def test_meta_schedule_logging_survives_a_foreign_handler(tmp_path):
+    """An unnamed handler on MetaSchedule's logger breaks TVM 0.27's create_loggers (a second tune_tir
+    in one process hit it on the GPU host); tune_tir detaches such handlers while it runs."""
+    import logging
+
+    from tvm.s_tir.meta_schedule import logging as ms_logging
+
+    from tilus_tvm.tune.tir import _meta_schedule_logging
+
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    foreign = logging.NullHandler()
+    logger.addHandler(foreign)
+    try:
+        params = [{"logger_name": "tvm.s_tir.meta_schedule.logging.task_0", "log_dir": str(tmp_path)}]
+        with pytest.raises(AttributeError):
+            ms_logging.create_loggers(str(tmp_path), params)
+        with _meta_schedule_logging():
+            ms_logging.create_loggers(str(tmp_path), params)
+        assert foreign in logger.handlers
+    finally:
+        logger.removeHandler(foreign)

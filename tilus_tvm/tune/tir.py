@@ -25,6 +25,9 @@ Groups: float16 x float16 -> float32 and bfloat16 x bfloat16 -> float32 (``m16n8
 """
 from __future__ import annotations
 
+import contextlib
+import logging
+
 from typing import Any, Optional
 
 import tvm
@@ -243,6 +246,37 @@ def tune_tir(mod: Any, target: Any, work_dir: Optional[str] = None, max_trials_g
         mod = tvm.IRModule({"main": mod.with_attr("global_symbol", "main")})
     work_dir = work_dir or tempfile.mkdtemp(prefix="tilus_tune_tir_")
     os.makedirs(work_dir, exist_ok=True)
+    with _meta_schedule_logging():
+        return _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder, runner, database,
+                     cost_model, seed, kwargs)
+
+
+@contextlib.contextmanager
+def _meta_schedule_logging():
+    """Detach handlers MetaSchedule did not make from its logger while it tunes.
+
+    TVM 0.27's ``create_loggers`` rebuilds its logging config from the names of the handlers on the
+    ``tvm.s_tir.meta_schedule`` logger; a handler without a name (one a test harness or user added)
+    makes it fail with ``'NoneType' object has no attribute 'format'``, which is what a second
+    ``tune_tir`` in one process hit on the GPU host. They are put back afterwards.
+    """
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    foreign = [handler for handler in logger.handlers if handler.get_name() is None]
+    for handler in foreign:
+        logger.removeHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in foreign:
+            logger.addHandler(handler)
+
+
+def _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder, runner, database, cost_model,
+          seed, kwargs):
+    import os
+
+    from tilus_tvm.tune import measure
+
     return ms.tune_tir(
         mod=mod, target=target, work_dir=work_dir, max_trials_global=max_trials_global,
         num_trials_per_iter=num_trials_per_iter,

@@ -25,3 +25,7 @@ class VerificationError(CompileError):
     """The tile IR broke an invariant after a pass: a tensor used before it is defined or after it is
     freed, a layout that does not fit its tensor, a dtype mismatch. The message names the pass and
     quotes the instruction as the printer prints it."""
+
+
+class RelaxError(TilusError, ValueError):
+    """A kernel cannot be called from Relax with the arguments given (count, dtype, shape, outputs)."""

@@ -40,13 +40,9 @@ import tvm
 from tvm import relax, tirx
 
 from tilus_tvm.dtypes import as_dtype, void
-from tilus_tvm.errors import CompileError, ScriptError, TilusError
+from tilus_tvm.errors import CompileError, RelaxError, ScriptError
 
 KERNEL_ATTR = "tilus.kernel"  # marks PrimFuncs that the "tilus" TIR pipeline lowers with tirx passes
-
-
-class RelaxError(TilusError, ValueError):
-    """A kernel cannot be called from Relax with the arguments given (count, dtype, shape, outputs)."""
 
 
 @dataclass

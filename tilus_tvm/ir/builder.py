@@ -153,18 +153,24 @@ class Builder:
         self.emit(ir.Reduce(out, x, dim, op, keepdim))
         return out
 
-    def dot(self, a: Any, b: Any, c: Any, out: Optional[RegisterTensor]):
+    def dot_operands(self, op: str, a: Any, b: Any, c: Any) -> tuple[RegisterTensor, ...]:
+        """``a`` [m, k], ``b`` [k, n] and ``c`` [m, n] as register tensors of a matrix product, checked:
+        2-D, shapes that agree, a and b of one dtype (``op`` names the instruction in errors)."""
         a, b, c = self.materialize(a), self.materialize(b), self.materialize(c)
         for what, t in (("a", a), ("b", b), ("c", c)):
-            self._require_register("dot", t, what)
+            self._require_register(op, t, what)
             if len(t.shape) != 2:
-                raise ScriptError(f"dot: {what} must be a 2-D register tensor, got {t.describe()}")
+                raise ScriptError(f"{op}: {what} must be a 2-D register tensor, got {t.describe()}")
         (m, k), (k2, n) = a.shape, b.shape
         if k != k2 or tuple(c.shape) != (m, n):
-            raise ScriptError(f"dot: incompatible shapes a {list(a.shape)}, b {list(b.shape)}, c {list(c.shape)}: "
+            raise ScriptError(f"{op}: incompatible shapes a {list(a.shape)}, b {list(b.shape)}, c {list(c.shape)}: "
                               f"expected a [m, k], b [k, n], c [m, n]")
         if a.dtype != b.dtype:
-            raise ScriptError(f"dot: a and b must have the same dtype, got {a.describe()} and {b.describe()}")
+            raise ScriptError(f"{op}: a and b must have the same dtype, got {a.describe()} and {b.describe()}")
+        return a, b, c
+
+    def dot(self, a: Any, b: Any, c: Any, out: Optional[RegisterTensor]):
+        a, b, c = self.dot_operands("dot", a, b, c)
         allowed = {"float16": ("float32", "float16"), "bfloat16": ("float32",), "int8": ("int32",),
                    "float32": ("float32",)}
         if a.dtype.name not in allowed:

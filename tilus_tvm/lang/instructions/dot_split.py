@@ -31,16 +31,8 @@ class DotSplitInstructions(InstructionBase):
         >>> s = self.dot_split(q, k_t, zeros, warp_grid=(4, 1))   # doctest: +SKIP
         """
         builder = self._builder("dot_split")
-        a, b, c = builder.materialize(a), builder.materialize(b), builder.materialize(c)
-        for what, t in (("a", a), ("b", b), ("c", c)):
-            if not isinstance(t, RegisterTensor) or len(t.shape) != 2:
-                raise ScriptError(f"dot_split: {what} must be a 2-D register tensor, got {t!r}")
-        (m, k), (k2, n) = a.shape, b.shape
-        if k != k2 or tuple(c.shape) != (m, n):
-            raise ScriptError(f"dot_split: incompatible shapes a {list(a.shape)}, b {list(b.shape)}, "
-                              f"c {list(c.shape)}: expected a [m, k], b [k, n], c [m, n]")
-        if a.dtype != b.dtype:
-            raise ScriptError(f"dot_split: a and b must have the same dtype, got {a.describe()} and {b.describe()}")
+        a, b, c = builder.dot_operands("dot_split", a, b, c)
+        (m, k), n = a.shape, b.shape[1]
         atom = _ATOMS.get((a.dtype.name, c.dtype.name))
         if atom is None:
             raise ScriptError(f"dot_split: {a.dtype.name} operands with a {c.dtype.name} accumulator have no "

@@ -59,16 +59,7 @@ def test_destination_passing_form_orders_inputs_then_outputs():
 
 
 def test_destination_passing_form_keeps_scalars_no_shape_gives():
-    class Scale(tilus.Script):
-        def __call__(self, n: int32, alpha: float32, x_ptr: ~float32, y_ptr: ~float32):
-            self.attrs.blocks = (n + 127) // 128
-            self.attrs.warps = 4
-            gx = self.global_view(x_ptr, dtype=float32, shape=[n])
-            gy = self.global_view(y_ptr, dtype=float32, shape=[n])
-            x = self.load_global(gx, offsets=[self.blockIdx.x * 128], shape=[128])
-            self.store_global(gy, x * alpha, offsets=[self.blockIdx.x * 128])
-
-    func = Scale().lower(100, 2.0, meta(100, dtype=torch.float32), meta(100, dtype=torch.float32),
+    func = K.Scale().lower(100, 2.0, meta(100, dtype=torch.float32), meta(100, dtype=torch.float32),
                          target="sm_80", dps=True)["scale"]
     assert [p.name for p in func.params] == ["x_ptr", "alpha", "y_ptr"]
 

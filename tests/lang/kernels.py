@@ -194,3 +194,15 @@ class LargeShared(tilus.Script):
         self.sync()
         flipped = self.load_shared(s, offsets=[0, 0], shape=[192, 128])
         self.store_global(gy, flipped * 2.0, offsets=[0, 0])
+
+
+class Scale(tilus.Script):
+    """y = x * alpha over n values: alpha is a run-time scalar no tensor shape gives."""
+
+    def __call__(self, n: int32, alpha: float32, x_ptr: ~float32, y_ptr: ~float32):
+        self.attrs.blocks = (n + 127) // 128
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=float32, shape=[n])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[n])
+        x = self.load_global(gx, offsets=[self.blockIdx.x * 128], shape=[128])
+        self.store_global(gy, x * alpha, offsets=[self.blockIdx.x * 128])

@@ -11,22 +11,11 @@ import tilus_tvm as tilus
 import tilus_tvm.relax as tilus_relax
 from tilus_tvm import float32, int32
 from tilus_tvm.relax import RelaxError
+from tests.lang.kernels import Scale
 from tilus_tvm.schedules.matmul import Matmul
 from tilus_tvm.schedules.norms import RMSNorm
 
 THIN = dict(block_m=16, block_n=128, block_k=64, warps=4, stages=4)  # quick to lower
-
-
-class Scale(tilus.Script):
-    """y = x * alpha over n values: alpha is a run-time scalar no shape gives."""
-
-    def __call__(self, n: int32, alpha: float32, x_ptr: ~float32, y_ptr: ~float32):
-        self.attrs.blocks = (n + 127) // 128
-        self.attrs.warps = 4
-        gx = self.global_view(x_ptr, dtype=float32, shape=[n])
-        gy = self.global_view(y_ptr, dtype=float32, shape=[n])
-        x = self.load_global(gx, offsets=[self.blockIdx.x * 128], shape=[128])
-        self.store_global(gy, x * alpha, offsets=[self.blockIdx.x * 128])
 
 
 class ReadOnly(tilus.Script):

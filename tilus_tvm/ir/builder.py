@@ -179,11 +179,16 @@ class Builder:
         if c.dtype.name not in allowed[a.dtype.name]:
             raise ScriptError(f"dot: accumulator {c.describe()} must be one of {allowed[a.dtype.name]} for "
                               f"{a.dtype.name} operands")
-        if out is None:
-            out = self.new_register(c.dtype, c.shape)
-        elif not isinstance(out, RegisterTensor) or out.shape != c.shape or out.dtype != c.dtype:
-            raise ScriptError(f"dot: out {_describe(out)} must be a register tensor like c {c.describe()}")
+        out = self.dot_output("dot", c, out)
         self.emit(ir.Dot(out, a, b, c))
+        return out
+
+    def dot_output(self, op: str, c: RegisterTensor, out: Optional[RegisterTensor]) -> RegisterTensor:
+        """The result tensor of a matrix product: ``out`` when given (it must be like ``c``), else a new one."""
+        if out is None:
+            return self.new_register(c.dtype, c.shape)
+        if not isinstance(out, RegisterTensor) or out.shape != c.shape or out.dtype != c.dtype:
+            raise ScriptError(f"{op}: out {_describe(out)} must be a register tensor like c {c.describe()}")
         return out
 
     def assign(self, dst: RegisterTensor, src: Any) -> None:

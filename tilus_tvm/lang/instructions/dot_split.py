@@ -47,10 +47,7 @@ class DotSplitInstructions(InstructionBase):
             if size % unit:
                 raise ScriptError(f"dot_split: {name}={size} must be a multiple of {unit} (the mma.sync atom "
                                   f"times the warps along {name}) for warp_grid {list(grid)}")
-        if out is None:
-            out = builder.new_register(c.dtype, c.shape)
-        elif not isinstance(out, RegisterTensor) or out.shape != c.shape or out.dtype != c.dtype:
-            raise ScriptError(f"dot_split: out {out!r} must be a register tensor like c {c.describe()}")
+        out = builder.dot_output("dot_split", c, out)
         import tilus_tvm.instructions.dot_split  # noqa: F401 - registers the instruction (imports TVM)
 
         builder.emit(ir.DotSplit(out, a, b, c, warp_grid=grid))

@@ -78,6 +78,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated MxNxK")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="space-separated bm,bn,bk,warps,stages,min_blocks")
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--every-config", action="store_true", help="a row for every configuration, not only the best")
     args = parser.parse_args()
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split()]
     triton_run = triton_matmul()
@@ -109,6 +110,8 @@ def main() -> None:
             kernel(m, n, k, a, b, c)
             torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
             ms = benchmark_func(lambda: kernel(m, n, k, a, b, c), warmup=5, repeat=args.repeat)
+            if args.every_config:
+                row("tilus-tvm Matmul", ms, "config " + ",".join(map(str, config)))
             if best is None or ms < best[0]:
                 best = (ms, config)
         row("tilus-tvm Matmul (best)", best[0], "config " + ",".join(map(str, best[1])))

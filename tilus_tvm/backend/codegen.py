@@ -16,6 +16,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
+from tilus_tvm.backend import interleave
 from tilus_tvm.backend.context import CodegenContext
 from tilus_tvm.ir.scalar import c_identifier, expr_dtype
 from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, DeclareScalar, ForStmt, Function, IfStmt, InstStmt,
@@ -32,8 +33,29 @@ def block_iter_vars() -> tuple[tirx.IterVar, ...]:
 
 
 def _emit_seq(ctx: CodegenContext, seq: SeqStmt) -> None:
-    for stmt in seq.stmts:
-        _emit_stmt(ctx, stmt)
+    stmts, i = seq.stmts, 0
+    while i < len(stmts):
+        end = interleave.window_end(stmts, i)
+        if end is None:
+            _emit_stmt(ctx, stmts[i])
+            i += 1
+            continue
+        _emit_interleaved(ctx, stmts[i:end], stmts[end])
+        i = end + 1
+
+
+def _emit_interleaved(ctx: CodegenContext, movable: list[InstStmt], dot: InstStmt) -> None:
+    """Copies and shared loads spread among the mma instructions of the dot after them
+    (see ``backend/interleave.py``)."""
+    work = []
+    for stmt in movable:
+        with ctx.detached() as region:
+            _emit_inst(ctx, stmt)
+        work.extend(interleave.flatten(region.stmt))
+    with ctx.detached() as region:
+        _emit_inst(ctx, dot)
+    for stmt in interleave.merge(work, interleave.flatten(region.stmt)):
+        ctx.place(stmt)
 
 
 def _emit_inst(ctx: CodegenContext, stmt: InstStmt) -> None:

@@ -99,7 +99,7 @@ def emit_copy_async(ctx: CodegenContext, inst: ir.CopyAsync) -> None:
     threads = ctx.func.num_threads
     rounds = -(-num_vectors // threads)
     global_dim = inst.dims[-1]
-    with Tb.unroll(0, rounds) as r:
+    for r in range(rounds):  # unrolled here: each round is its own statement, free to interleave
         vector = r * threads + ctx.tx
         with ctx.guarded(vector < num_vectors if num_vectors % threads else tirx.const(True, "bool")):
             tile = _tile_index(inst, vector, step)

@@ -81,27 +81,34 @@ class Matmul(tilus.Script):
         # so their latency hides behind the mma of this step.
         a = self.load_shared(sa[0], offsets=[0, 0], shape=[bm, 16])
         b = self.load_shared(self.b_tile(sb[0]), offsets=[0, 0], shape=[16, bn])
-        for k in range(num_k):
-            stage = k % stages
-            for step in list(range(steps)):  # unrolled while translating: step is an int
-                if step == 0:  # refill the stage every thread finished reading in the last iteration
-                    ahead = k + stages - 1
-                    self.copy_async(src=ga, dst=sa[ahead % stages], offsets=[offset_m, ahead * bk])
-                    self.copy_async(src=gb, dst=sb[ahead % stages],
-                                    offsets=[offset_n, ahead * bk] if col else [ahead * bk, offset_n])
-                    self.copy_async_commit_group()
-                if step == steps - 1:  # the next tile must have landed before its first fragments load
-                    self.copy_async_wait_group(stages - 2)
-                    self.sync()
-                    next_stage = (k + 1) % stages
-                    a_next = self.load_shared(sa[next_stage], offsets=[0, 0], shape=[bm, 16])
-                    b_next = self.load_shared(self.b_tile(sb[next_stage]), offsets=[0, 0], shape=[16, bn])
-                else:
-                    a_next = self.load_shared(sa[stage], offsets=[0, (step + 1) * 16], shape=[bm, 16])
-                    b_next = self.load_shared(self.b_tile(sb[stage]), offsets=[(step + 1) * 16, 0], shape=[16, bn])
-                self.dot(a, b, acc, out=acc)
-                a = a_next
-                b = b_next
+        # The first loop refills a stage every iteration; the last stages - 1 iterations have no tile
+        # left to fetch and commit empty groups, so the wait counts stay the same. With a static k the
+        # refill loop never reaches past k, and its copies need no k mask.
+        refilling = max(num_k - (stages - 1), 0)  # k_size is a compile-time int
+        for refill in [True, False]:
+            for k in self.range(0, refilling) if refill else self.range(refilling, num_k):
+                stage = k % stages
+                for step in list(range(steps)):  # unrolled while translating: step is an int
+                    if step == 0:  # refill the stage every thread finished reading in the last iteration
+                        if refill:
+                            ahead = k + stages - 1
+                            self.copy_async(src=ga, dst=sa[ahead % stages], offsets=[offset_m, ahead * bk])
+                            self.copy_async(src=gb, dst=sb[ahead % stages],
+                                            offsets=[offset_n, ahead * bk] if col else [ahead * bk, offset_n])
+                        self.copy_async_commit_group()
+                    if step == steps - 1:  # the next tile must have landed before its first fragments load
+                        self.copy_async_wait_group(stages - 2)
+                        self.sync()
+                        next_stage = (k + 1) % stages
+                        a_next = self.load_shared(sa[next_stage], offsets=[0, 0], shape=[bm, 16])
+                        b_next = self.load_shared(self.b_tile(sb[next_stage]), offsets=[0, 0], shape=[16, bn])
+                    else:
+                        a_next = self.load_shared(sa[stage], offsets=[0, (step + 1) * 16], shape=[bm, 16])
+                        b_next = self.load_shared(self.b_tile(sb[stage]), offsets=[(step + 1) * 16, 0],
+                                                  shape=[16, bn])
+                    self.dot(a, b, acc, out=acc)
+                    a = a_next
+                    b = b_next
         # Epilogue through shared memory: fragments hold pairs of elements, a coalesced layout holds
         # 16-byte vectors, so c is written with full-width stores.
         self.copy_async_wait_all()  # the last iterations' (zero-filled) copies must land before reuse

@@ -16,7 +16,7 @@ from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir import inst as ir
-from tilus_tvm.ir.stmt import ForStmt, IfStmt, InstStmt, SeqStmt, Stmt
+from tilus_tvm.ir.stmt import BreakStmt, ContinueStmt, ForStmt, IfStmt, InstStmt, SeqStmt, Stmt, WhileStmt
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus_tvm.ir.values import TensorValue, cast_value, describe, is_scalar
 
@@ -64,6 +64,15 @@ class Builder:
 
     def if_then(self, cond, then_body: SeqStmt, else_body: Optional[SeqStmt]) -> None:
         self.append(IfStmt(cond, then_body, else_body))
+
+    def while_loop(self, cond, body: SeqStmt) -> None:
+        self.append(WhileStmt(cond, body))
+
+    def break_loop(self) -> None:
+        self.append(BreakStmt())
+
+    def continue_loop(self) -> None:
+        self.append(ContinueStmt())
 
     def fresh_name(self, prefix: str) -> str:
         self._counter += 1

@@ -22,6 +22,7 @@ from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.values import is_scalar
 from tilus_tvm.lang.instructions.assign import AssignInstructions
 from tilus_tvm.lang.instructions.compute import ComputeInstructions
+from tilus_tvm.lang.instructions.debug import DebugInstructions
 from tilus_tvm.lang.instructions.dot_split import DotSplitInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
 from tilus_tvm.lang.instructions.scalar_memory import ScalarMemoryInstructions
@@ -119,7 +120,7 @@ class _ScriptState:
 
 
 class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, AssignInstructions,
-             ScalarMemoryInstructions):
+             ScalarMemoryInstructions, DebugInstructions):
     """Base class of kernels (see the module docstring)."""
 
     _kernel_fn = None

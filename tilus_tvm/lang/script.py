@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tilus_tvm.errors import ScriptError
+from tilus_tvm.ir.scalar import expr_dtype, is_expr
 from tilus_tvm.ir.values import is_scalar
 from tilus_tvm.lang.instructions.assign import AssignInstructions
 from tilus_tvm.lang.instructions.compute import ComputeInstructions
@@ -26,6 +27,7 @@ from tilus_tvm.lang.instructions.debug import DebugInstructions
 from tilus_tvm.lang.instructions.dot_split import DotSplitInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
 from tilus_tvm.lang.instructions.scalar_memory import ScalarMemoryInstructions
+from tilus_tvm.target import MAX_GRID
 
 
 class Attributes:
@@ -39,7 +41,9 @@ class Attributes:
 
     @property
     def blocks(self) -> Optional[tuple[Any, ...]]:
-        """Grid size: an int or scalar expression, or a list of up to 3 (x, y, z)."""
+        """Grid size: an int or scalar expression, or a list of up to 3 (x, y, z), read in the kernel as
+        ``self.blockIdx.x``/``.y``/``.z``. CUDA's limits (x up to 2**31 - 1, y and z up to 65535) are
+        checked here for compile-time extents and at launch for run-time ones."""
         return self._blocks
 
     @blocks.setter
@@ -47,11 +51,17 @@ class Attributes:
         items = list(value) if isinstance(value, (list, tuple)) else [value]
         if not 1 <= len(items) <= 3:
             raise ScriptError(f"attrs.blocks must have 1 to 3 dimensions, got {value!r}")
-        for v in items:
-            if not is_scalar(v) or isinstance(v, float):
+        for axis, (v, limit) in enumerate(zip(items, MAX_GRID)):
+            if is_expr(v):
+                from tvm import tirx  # loaded: v is a TVM expression
+
+                if isinstance(v, tirx.IntImm):
+                    v = items[axis] = int(v.value)
+            if not is_scalar(v) or isinstance(v, float) or (is_expr(v) and "int" not in expr_dtype(v)):
                 raise ScriptError(f"attrs.blocks entry {v!r} must be an int or an integer scalar expression")
-            if isinstance(v, int) and v < 0:
-                raise ScriptError(f"attrs.blocks entry {v} must not be negative")
+            if isinstance(v, int) and not 0 <= v <= limit:
+                raise ScriptError(f"attrs.blocks: grid dimension {'xyz'[axis]} is {v}, CUDA allows 0 to {limit}"
+                                  + (" (y and z are limited to 65535; put the large extent in x)" if axis else ""))
         self._blocks = tuple(items)
 
     @property

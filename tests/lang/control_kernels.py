@@ -4,7 +4,8 @@
 import numpy
 
 import tilus_tvm as tilus
-from tilus_tvm import float32, int32
+from tilus_tvm import float16, float32, int32
+from tilus_tvm.layout import spatial
 
 
 class ThresholdScan(tilus.Script):
@@ -138,14 +139,34 @@ def tile_loop_reference(x, stop, cut, skip):
 
 
 class Grid3D(tilus.Script):
-    """A 3-D grid: block (x, y, z) adds ``z * 1000 + y`` to the 32-wide tile ``x`` of row (z, y) of a
-    [depth, height, width] tensor."""
+    """A 3-D grid: block (x, y, z) adds ``z * height + y`` (its row's number, from ``self.gridDim``) to
+    the 32-wide tile ``x`` of row (z, y) of a [depth, height, width] tensor."""
 
     def __call__(self, depth: int32, height: int32, width: int32, x_ptr: ~float32, out_ptr: ~float32):
         self.attrs.blocks = [self.utils.ceil_div(width, 32), height, depth]
         self.attrs.warps = 1
         gx = self.global_view(x_ptr, dtype=float32, shape=[depth, height, width])
         go = self.global_view(out_ptr, dtype=float32, shape=[depth, height, width])
-        z, y, x = self.blockIdx.z, self.blockIdx.y, self.blockIdx.x
+        x, y, z = self.blockIdx
         tile = self.load_global(gx, offsets=[z, y, x * 32], shape=[32])
-        self.store_global(go, tile + float(z * 1000 + y), offsets=[z, y, x * 32])
+        self.store_global(go, tile + float(z * self.gridDim.y + y), offsets=[z, y, x * 32])
+
+
+class WhileMatmul(tilus.Script):
+    """c[64, 64] = a[64, k] @ b[k, 64] with the k loop written as ``while``; ``a`` is loaded in a layout
+    of the author's, so layout inference converts it for mma inside the loop body."""
+
+    def __call__(self, k_size: int32, a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        ga = self.global_view(a_ptr, dtype=float16, shape=[64, k_size])
+        gb = self.global_view(b_ptr, dtype=float16, shape=[k_size, 64])
+        gc = self.global_view(c_ptr, dtype=float32, shape=[64, 64])
+        acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+        k: int32 = 0
+        while k < k_size:
+            a = self.load_global(ga, offsets=[0, k], shape=[64, 16], layout=spatial(16, 8).local(4, 2))
+            b = self.load_global(gb, offsets=[k, 0], shape=[16, 64])
+            acc = self.dot(a, b, acc)
+            k += 16
+        self.store_global(gc, acc, offsets=[0, 0])

@@ -20,6 +20,10 @@ def f32(*shape):
     return torch.zeros(*shape)
 
 
+def f16(*shape):
+    return torch.zeros(*shape, dtype=torch.float16)
+
+
 def i32(*shape):
     return torch.zeros(*shape, dtype=torch.int32)
 
@@ -29,6 +33,7 @@ KERNELS = {
     "first_non_positive": lambda: (C.FirstNonPositive(), (3, 10, f32(3, 10), i32(3))),
     "tile_loop_jumps": lambda: (C.TileLoopJumps(), (3, 5, 2, f32(3, 320), i32(3), f32(3, 64))),
     "grid3d": lambda: (C.Grid3D(), (2, 3, 100, f32(2, 3, 100), f32(2, 3, 100))),
+    "while_matmul": lambda: (C.WhileMatmul(), (40, f16(64, 40), f16(40, 64), f32(64, 64))),
 }
 
 
@@ -82,6 +87,15 @@ def test_while_condition_that_needs_statements_repeats_them_every_iteration():
         "break",
         "i = i + 1",
     ]
+
+
+def test_layout_conversions_are_inserted_inside_while_bodies():
+    kernel, args = KERNELS["while_matmul"]()
+    lines = [line.strip() for line in body_lines(kernel, *args)]
+    start = lines.index("while k < k_size:")
+    body = [line.split(" = ")[-1].split("(")[0] for line in lines[start + 1:start + 7]]
+    assert body == ["load_global", "load_global", "convert_layout", "dot", "assign", "k + 16"]
+    assert "mma.sync.aligned.m16n8k16" in kernel.compile(*args, target="sm_80").ptx
 
 
 def test_break_in_an_unrolled_range_keeps_the_loop_for_nvcc_to_unroll():

@@ -41,11 +41,19 @@ def test_break_and_continue_in_tile_loops(rows, tiles, warps, cut, skip):
     torch.testing.assert_close(out.cpu(), expected)
 
 
+@pytest.mark.parametrize("k_size", [16, 40, 256])
+def test_matmul_with_a_while_k_loop(k_size):
+    a = torch.randn(64, k_size, device="cuda").half()
+    b = torch.randn(k_size, 64, device="cuda").half()
+    c = torch.full((64, 64), float("nan"), device="cuda")
+    C.WhileMatmul()(k_size, a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("depth, height, width", [(1, 1, 1), (3, 5, 100), (4, 2, 64), (70, 3, 33)])
 def test_three_dimensional_grid(depth, height, width):
     x = torch.randn(depth, height, width, device="cuda")
     out = torch.full_like(x, float("nan"))
     C.Grid3D()(depth, height, width, x, out)
-    z = torch.arange(depth, device="cuda").view(-1, 1, 1) * 1000.0
-    y = torch.arange(height, device="cuda").view(1, -1, 1) * 1.0
-    torch.testing.assert_close(out, x + (z + y))
+    row = torch.arange(depth * height, device="cuda", dtype=torch.float32).view(depth, height, 1)
+    torch.testing.assert_close(out, x + row)

@@ -67,6 +67,18 @@ def test_three_dimensional_grid_binds_blockidx_z():
     assert 'T.launch_thread("blockIdx.x", (width + 32 - 1) // 32)' in text
     assert 'T.launch_thread("blockIdx.y", height)' in text
     assert 'T.launch_thread("blockIdx.z", depth)' in text
+    assert "blockIdx_z * height + blockIdx_y" in text  # self.gridDim.y is the grid's y extent
+
+
+def test_grid_dim_needs_the_grid_first():
+    class Early(tilus.Script):
+        def __call__(self, n: int32):
+            self.printf("%d\n", self.gridDim.x)
+            self.attrs.blocks = n
+            self.attrs.warps = 1
+
+    with pytest.raises(tilus.ScriptError, match="self.gridDim is read before self.attrs.blocks is set"):
+        Early().lower(3, target="sm_80")
 
 
 @pytest.mark.gpu

@@ -93,9 +93,20 @@ class Attributes:
 
 @dataclass(frozen=True)
 class Dim3:
+    """``self.blockIdx`` / ``self.gridDim``: three scalars, also unpacked as ``bx, by, bz = self.blockIdx``."""
+
     x: Any
     y: Any
     z: Any
+
+    def __iter__(self):
+        return iter((self.x, self.y, self.z))
+
+    def __len__(self) -> int:
+        return 3
+
+    def to_tuple(self) -> tuple:
+        return (self.x, self.y, self.z)
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,17 @@ class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, Assi
         if self._tilus.block_idx is None:
             raise ScriptError("self.blockIdx is only available inside the kernel while it is compiled")
         return self._tilus.block_idx
+
+    @property
+    def gridDim(self) -> Dim3:  # noqa: N802 - CUDA's spelling
+        """The grid's extents as set by ``self.attrs.blocks`` (1 for the dimensions it leaves out): ints
+        or scalar expressions of the kernel's parameters."""
+        if self._tilus.block_idx is None:
+            raise ScriptError("self.gridDim is only available inside the kernel while it is compiled")
+        blocks = self._tilus.attrs.blocks
+        if blocks is None:
+            raise ScriptError("self.gridDim is read before self.attrs.blocks is set; set the grid first")
+        return Dim3(*(list(blocks) + [1] * (3 - len(blocks))))
 
     @property
     def utils(self) -> "ScriptUtils":

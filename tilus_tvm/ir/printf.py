@@ -15,8 +15,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from tvm import tirx
-
 from tilus_tvm import dtypes
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.scalar import expr_dtype, is_expr
@@ -73,6 +71,8 @@ def conversions(fmt: str) -> list[Conversion]:
 def _argument(position: int, conv: Conversion, value: Any, fmt: str) -> tuple[str, Any]:
     """``(conversion, value)``: ``value`` as the scalar expression the conversion reads, and the
     conversion's text, adjusted to the value (see the module docstring)."""
+    from tvm import tirx  # here, not at the top: importing tilus_tvm does not import TVM
+
     where = f"printf: argument {position} ({value!r}) for {conv.text!r} in format {fmt!r}"
     if isinstance(value, str):
         if conv.conversion != "s":
@@ -153,6 +153,8 @@ def check_element_format(op: str, fmt: Any, dtype: Any) -> str:
     if len(convs) != 1 or convs[0].conversion in "sp":
         raise ScriptError(f"{op}: fmt {fmt!r} must hold exactly one numeric conversion for the element, such "
                           f"as {element_format(dtype)!r}")
+    from tvm import tirx
+
     try:
         printf_arguments(fmt, [tirx.Var("element", dtype.tvm_name or dtype.name)])
     except ScriptError as exc:

@@ -109,3 +109,24 @@ def test_printf_of_every_scalar_kind_compiles_with_typed_arguments():
     assert "(int arg0, long long arg1, int arg2, float arg3, float arg4, int arg5)" in source
     assert '"scalars: n=%d big=%lld wide=%d h=%.2f x=%g %c\\n"' in source
     assert ".entry" in compiled.ptx
+
+
+PRINTING_SCRIPT = """
+import torch
+from tests.ir.test_printf import Printing
+Printing()(-7, -(2**40) - 3, -1.5, 2.25)
+torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.gpu
+def test_printf_prints_every_scalar_kind():
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    result = subprocess.run([sys.executable, "-c", PRINTING_SCRIPT], capture_output=True, text=True, cwd=ROOT,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "scalars: n=-7 big=-1099511627779 wide=-7 h=-1.50 x=2.25 A\n"

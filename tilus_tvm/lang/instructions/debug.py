@@ -48,7 +48,9 @@ class DebugInstructions(InstructionBase):
         Thread 0 of each block that runs the call prints a header line (``msg``, dtype, shape, scope
         and block index) and then the table; every thread of the block must reach the call (it
         synchronises the block). A tensor of more than 2 dimensions prints one table per index of
-        its leading dimensions. Use ``if self.blockIdx.x == 0:`` around it to print one block.
+        its leading dimensions. Use ``if self.blockIdx.x == 0:`` around it to print one block (the
+        tables of blocks printing at the same time interleave). A register tile is gathered through
+        scratch shared memory of its size; a shared tile is read in place.
 
         ``fmt`` is the C conversion of one element; by default ``%8.3f`` for floats (float16 and
         bfloat16 are printed through float32), ``%6d``/``%6u`` for integers, ``%8lld`` for 64-bit

@@ -16,6 +16,8 @@ from tilus_tvm.errors import CompileError
 KNOWN_ARCHS = ("sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_100f",
                "sm_103", "sm_103a", "sm_103f", "sm_110", "sm_110a", "sm_110f", "sm_120", "sm_120a", "sm_120f",
                "sm_121", "sm_121a", "sm_121f")
+# Largest grid extents (x, y, z) of a CUDA launch, the same on every architecture.
+MAX_GRID = (2**31 - 1, 65535, 65535)
 # Largest dynamic shared memory per block (bytes) by compute capability major version.
 SHARED_MEMORY_LIMIT = {8: 163 * 1024, 9: 227 * 1024, 10: 227 * 1024, 11: 227 * 1024, 12: 99 * 1024}
 

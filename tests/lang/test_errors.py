@@ -89,8 +89,10 @@ class Body(tilus.Script):
             c = n / 2  # noqa: F841 - the division itself is the mistake under test
         if self.case == "tile_shape":
             self.load_global(g, offsets=[0, 0], shape=[n, 64])
-        if self.case == "while":
+        if self.case == "while_else":
             while n > 0:
+                pass
+            else:
                 pass
         if self.case == "return_value":
             return a
@@ -135,7 +137,7 @@ CASES = {
     "tensor_truth": "has no truth value",
     "int_division": "use `//` for integer division",
     "tile_shape": "must hold positive compile-time ints",
-    "while": "While statements are not supported",
+    "while_else": "while ... else is not supported",
     "return_value": "cannot return a value",
 }
 

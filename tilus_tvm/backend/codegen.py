@@ -9,6 +9,7 @@ instructions go to the emitter registered for their type and the kernel's target
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable, Optional
 
@@ -19,8 +20,8 @@ from tvm.script.ir_builder import tirx as Tb
 from tilus_tvm.backend import interleave
 from tilus_tvm.backend.context import CodegenContext
 from tilus_tvm.ir.scalar import c_identifier, expr_dtype
-from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, DeclareScalar, ForStmt, Function, IfStmt, InstStmt,
-                               Param, SeqStmt, Stmt, instructions)
+from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, BreakStmt, ContinueStmt, DeclareScalar, ForStmt, Function,
+                               IfStmt, InstStmt, Param, SeqStmt, Stmt, WhileStmt, instructions, jumps_out)
 from tilus_tvm.ir.tensor import RegisterTensor
 from tilus_tvm.passes.shared_memory import SharedMemoryPlan
 
@@ -66,10 +67,22 @@ def _emit_for(ctx: CodegenContext, stmt: ForStmt) -> None:
     start, stop, step = stmt.start, stmt.stop, stmt.step
     count = (stop - start + step - 1) // step if not (isinstance(step, int) and step == 1) else stop - start
     kind = Tb.unroll if stmt.unroll else Tb.serial
-    with kind(0, count, dtype=expr_dtype(stmt.var)) as i:
+    frames = []
+    if stmt.unroll and jumps_out(stmt.body):
+        # TVM's UnrollLoop copies the body without its loop, leaving a break/continue outside any loop;
+        # keep the loop and let nvcc unroll it (#pragma unroll) instead
+        frames.append(Tb.attr(tirx.const(0, "int32"), "pragma_unroll_explicit", 0))
+    frames.append(kind(0, count, dtype=expr_dtype(stmt.var)))
+    with contextlib.ExitStack() as stack:
+        i = [stack.enter_context(frame) for frame in frames][-1]
         value = i if (isinstance(start, int) and start == 0 and isinstance(step, int) and step == 1) \
             else start + i * step
         Tb.bind(value, var=stmt.var)
+        _emit_seq(ctx, stmt.body)
+
+
+def _emit_while(ctx: CodegenContext, stmt: WhileStmt) -> None:
+    with Tb.While(stmt.cond):
         _emit_seq(ctx, stmt.body)
 
 
@@ -98,7 +111,8 @@ def _emit_assign_scalar(ctx: CodegenContext, stmt: AssignScalar) -> None:
 
 STATEMENTS: dict[type, Callable] = {
     SeqStmt: _emit_seq, InstStmt: _emit_inst, ForStmt: _emit_for, IfStmt: _emit_if, BindScalar: _emit_bind,
-    DeclareScalar: _emit_declare, AssignScalar: _emit_assign_scalar,
+    DeclareScalar: _emit_declare, AssignScalar: _emit_assign_scalar, WhileStmt: _emit_while,
+    BreakStmt: lambda ctx, stmt: Tb.Break(), ContinueStmt: lambda ctx, stmt: Tb.Continue(),
 }
 
 

@@ -16,7 +16,8 @@ from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir import inst as ir
-from tilus_tvm.ir.stmt import ForStmt, IfStmt, InstStmt, SeqStmt, Stmt
+from tilus_tvm.ir.printf import check_element_format, element_format, printf_arguments
+from tilus_tvm.ir.stmt import BreakStmt, ContinueStmt, ForStmt, IfStmt, InstStmt, SeqStmt, Stmt, WhileStmt
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus_tvm.ir.values import TensorValue, cast_value, describe, is_scalar
 
@@ -64,6 +65,15 @@ class Builder:
 
     def if_then(self, cond, then_body: SeqStmt, else_body: Optional[SeqStmt]) -> None:
         self.append(IfStmt(cond, then_body, else_body))
+
+    def while_loop(self, cond, body: SeqStmt) -> None:
+        self.append(WhileStmt(cond, body))
+
+    def break_loop(self) -> None:
+        self.append(BreakStmt())
+
+    def continue_loop(self) -> None:
+        self.append(ContinueStmt())
 
     def fresh_name(self, prefix: str) -> str:
         self._counter += 1
@@ -204,9 +214,22 @@ class Builder:
         self.emit(ir.Sync())
 
     def printf(self, fmt: str, args: Sequence[Any]) -> None:
-        if not isinstance(fmt, str):
-            raise ScriptError(f"printf: the format must be a str, got {fmt!r}")
         for a in args:
             if not is_scalar(a) and not isinstance(a, str):
                 raise ScriptError(f"printf: argument {_describe(a)} is not a scalar")
-        self.emit(ir.Printf(fmt, tuple(args)))
+        self.emit(ir.Printf(*printf_arguments(fmt, args)))
+
+    def print_tensor(self, msg: Any, tensor: Any, fmt: Optional[str]) -> None:
+        tensor = self.materialize(tensor)
+        if not isinstance(msg, str):
+            raise ScriptError(f"print_tensor: msg must be a str, got {msg!r}")
+        if isinstance(tensor, GlobalTensor):
+            raise ScriptError(f"print_tensor: {tensor.describe()} is a global tensor; load the tile to print into "
+                              f"registers first (load_global)")
+        if not isinstance(tensor, (RegisterTensor, SharedTensor)):
+            raise ScriptError(f"print_tensor: tensor must be a register or shared tensor, got {_describe(tensor)}")
+        if tensor.dtype.nbits % 8 or tensor.dtype.nbits > 64:
+            raise ScriptError(f"print_tensor: cannot print {tensor.describe()}: elements of {tensor.dtype.nbits} "
+                              f"bits; cast the tile to a type of 8 to 64 bits first")
+        fmt = element_format(tensor.dtype) if fmt is None else check_element_format("print_tensor", fmt, tensor.dtype)
+        self.emit(ir.PrintTensor(msg, tensor, fmt))

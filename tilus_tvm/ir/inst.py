@@ -217,6 +217,17 @@ class Printf(Instruction):
     args: tuple[Any, ...] = field(default_factory=tuple)
 
 
+@dataclass(eq=False)
+class PrintTensor(Instruction):
+    """Print a register or shared tile from thread 0 of each block that runs it, as a table of
+    rows and columns (see :mod:`tilus_tvm.instructions.print_tensor`). ``fmt`` is the C conversion of
+    one element (``"%8.3f"``)."""
+
+    msg: str
+    tensor: Tensor
+    fmt: str
+
+
 def dtype_of(value: Any) -> Optional[DataType]:
     """The element type of a register tensor, or None for a scalar operand."""
     return value.dtype if isinstance(value, RegisterTensor) else None

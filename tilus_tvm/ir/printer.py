@@ -27,8 +27,8 @@ from typing import Any, Callable, Optional
 
 from tilus_tvm.dtypes import DataType, PointerType
 from tilus_tvm.ir.inst import Instruction
-from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, DeclareScalar, ForStmt, Function, IfStmt, InstStmt,
-                               Param, SeqStmt, Stmt)
+from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, BreakStmt, ContinueStmt, DeclareScalar, ForStmt, Function,
+                               IfStmt, InstStmt, Param, SeqStmt, Stmt, WhileStmt)
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor, Tensor
 from tilus_tvm.layout.atoms import MmaAtom
 
@@ -215,6 +215,10 @@ def _for(p: IRPrinter, stmt: ForStmt, indent: int) -> list[str]:
     return [INDENT * indent + head] + p.block(stmt.body, indent + 1)
 
 
+def _while(p: IRPrinter, stmt: WhileStmt, indent: int) -> list[str]:
+    return [INDENT * indent + f"while {p.value(stmt.cond)}:"] + p.block(stmt.body, indent + 1)
+
+
 def _if(p: IRPrinter, stmt: IfStmt, indent: int) -> list[str]:
     lines = [INDENT * indent + f"if {p.value(stmt.cond)}:"] + p.block(stmt.then_body, indent + 1)
     if stmt.else_body is not None:
@@ -248,6 +252,9 @@ STMT_FORMATS: dict[type, Callable[[IRPrinter, Any, int], list[str]]] = {
     InstStmt: lambda p, stmt, indent: [INDENT * indent + p.instruction(stmt.inst)],
     ForStmt: _for,
     IfStmt: _if,
+    WhileStmt: _while,
+    BreakStmt: lambda p, stmt, indent: [INDENT * indent + "break"],
+    ContinueStmt: lambda p, stmt, indent: [INDENT * indent + "continue"],
     BindScalar: _bind,
     DeclareScalar: _declare,
     AssignScalar: _assign,

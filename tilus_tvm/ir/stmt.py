@@ -45,6 +45,24 @@ class IfStmt(Stmt):
 
 
 @dataclass(eq=False)
+class WhileStmt(Stmt):
+    """``while cond: body``; ``cond`` is re-evaluated before every iteration (it reads mutable scalars)."""
+
+    cond: Any
+    body: SeqStmt
+
+
+@dataclass(eq=False)
+class BreakStmt(Stmt):
+    """Leave the innermost enclosing ``ForStmt`` or ``WhileStmt``."""
+
+
+@dataclass(eq=False)
+class ContinueStmt(Stmt):
+    """Go to the next iteration of the innermost enclosing ``ForStmt`` or ``WhileStmt``."""
+
+
+@dataclass(eq=False)
 class BindScalar(Stmt):
     """An immutable scalar ``var = value`` (``offset: int32 = ...`` that is never reassigned)."""
 
@@ -132,12 +150,25 @@ def walk(stmt: Stmt) -> Iterator[Stmt]:
     if isinstance(stmt, SeqStmt):
         for s in stmt.stmts:
             yield from walk(s)
-    elif isinstance(stmt, ForStmt):
+    elif isinstance(stmt, (ForStmt, WhileStmt)):
         yield from walk(stmt.body)
     elif isinstance(stmt, IfStmt):
         yield from walk(stmt.then_body)
         if stmt.else_body is not None:
             yield from walk(stmt.else_body)
+
+
+def jumps_out(body: SeqStmt) -> bool:
+    """Whether ``body`` (a loop's) holds a ``break`` or ``continue`` of that loop, not of a loop inside it."""
+    for stmt in body.stmts:
+        if isinstance(stmt, (BreakStmt, ContinueStmt)):
+            return True
+        if isinstance(stmt, SeqStmt) and jumps_out(stmt):
+            return True
+        if isinstance(stmt, IfStmt) and (jumps_out(stmt.then_body)
+                                         or (stmt.else_body is not None and jumps_out(stmt.else_body))):
+            return True
+    return False
 
 
 def instructions(stmt: Stmt) -> Iterator[Instruction]:

@@ -27,7 +27,7 @@ from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import VerificationError
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.printer import IRPrinter, print_instruction, snake_case
-from tilus_tvm.ir.stmt import ForStmt, Function, IfStmt, InstStmt, SeqStmt, Stmt
+from tilus_tvm.ir.stmt import ForStmt, Function, IfStmt, InstStmt, SeqStmt, Stmt, WhileStmt
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor, Tensor
 
 # A dtype rule: (field, other) pairs; ``other`` is another field (the two tensors' dtypes must be
@@ -129,7 +129,7 @@ class Verifier:
                 self.stmt(s, state)
         elif isinstance(stmt, InstStmt):
             self.instruction(stmt.inst, state)
-        elif isinstance(stmt, ForStmt):
+        elif isinstance(stmt, (ForStmt, WhileStmt)):
             body = state.copy()
             self.stmt(stmt.body, body)
             state.freed = body.freed  # what the body defined goes out of scope; what it freed stays freed
@@ -139,7 +139,7 @@ class Verifier:
             if stmt.else_body is not None:
                 self.stmt(stmt.else_body, else_state)
             state.freed = {**else_state.freed, **then_state.freed}
-        # scalar statements (BindScalar, DeclareScalar, AssignScalar) hold no tensors
+        # scalar statements (BindScalar, DeclareScalar, AssignScalar) and break/continue hold no tensors
 
     # ---- instructions ------------------------------------------------------------------------
     def instruction(self, inst: ir.Instruction, state: _State) -> None:

@@ -12,6 +12,11 @@ Binding rules:
 - ``x: int32 = value`` declares a scalar variable of that type.
 - ``for i in range(...)`` / ``self.range(...)`` is a loop; ``for v in [..]`` over a Python list is
   unrolled while translating.
+- ``while cond:`` is a run-time loop; ``cond`` is evaluated again before every iteration, so it reads
+  variables declared with a type (``i: int32 = 0``) that the body updates.
+- ``break`` and ``continue`` leave, or go on with, the innermost loop: in a run-time loop they
+  become TIR ``break``/``continue`` (under a run-time condition or not); in a loop unrolled while
+  translating they take effect at compile time, so their condition must be compile-time too.
 """
 from __future__ import annotations
 
@@ -32,10 +37,10 @@ from tilus_tvm.ir.scalar import c_identifier, expr_dtype, is_expr
 from tilus_tvm.ir.stmt import AssignScalar, BindScalar, DeclareScalar
 from tilus_tvm.ir.tensor import RegisterTensor
 from tilus_tvm.ir.values import is_tensor_like
-from tilus_tvm.lang.script import LoopRange
+from tilus_tvm.lang.loops import ControlFlow, Jump, Loop, LoopStatements
 
 
-class _Return(Exception):
+class _Return(ControlFlow):
     """Raised by a ``return`` statement to stop translating the body."""
 
 
@@ -115,7 +120,7 @@ BINARY_OPERATORS = {
 }
 
 
-class Transpiler:
+class Transpiler(LoopStatements):
     """Translate one kernel body. ``bindings`` maps parameter names to their in-kernel values."""
 
     def __init__(self, script: Any, fn: Callable, bindings: dict[str, Any], builder: Builder):
@@ -134,6 +139,8 @@ class Transpiler:
         if not isinstance(self.func_def, ast.FunctionDef):
             raise ScriptError(f"{self.filename}: the kernel must be a method defined with def")
         self.reassigned = _names_assigned_more_than_once(self.func_def)
+        self.loops: list[Loop] = []  # the loops around the statement being translated, innermost last
+        self.runtime_branches = 0  # run-time if-branches around it
 
     # --- entry ----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -222,7 +229,7 @@ class Transpiler:
                 raise self.located(stmt, ScriptError(f"{type(stmt).__name__} statements are not supported in kernels"))
             try:
                 handler(self, stmt)
-            except _Return:
+            except ControlFlow:
                 raise
             except Exception as exc:  # noqa: BLE001 - every error gets the kernel line attached
                 raise self.located(stmt, exc) from exc
@@ -269,60 +276,21 @@ class Transpiler:
         else:
             self.bind(name, value)
 
-    def visit_for(self, node: ast.For) -> None:
-        if node.orelse:
-            raise ScriptError("for ... else is not supported")
-        loop = self.loop_iterable(node.iter)
-        if not isinstance(loop, LoopRange):
-            if _is_expr(loop) or is_tensor_like(loop):
-                raise ScriptError(f"cannot iterate over {loop!r}; use range(...)")
-            for item in loop:  # compile-time iteration: unrolled while translating
-                self.bind_target(node.target, item)
-                self.visit_body(node.body)
-            return
-        if not isinstance(node.target, ast.Name):
-            raise ScriptError("a range loop needs a single loop variable")
-        bounds = [loop.start, loop.stop, loop.step]
-        for b in bounds:
-            if not (isinstance(b, int) and not isinstance(b, bool)) and not (_is_expr(b) and "int" in expr_dtype(b)):
-                raise ScriptError(f"range bounds must be integers, got {b!r}")
-        if isinstance(loop.step, int) and loop.step <= 0:
-            raise ScriptError(f"range step must be positive, got {loop.step}")
-        dtype = next((expr_dtype(b) for b in bounds if _is_expr(b)), "int32")
-        var = tirx.Var(c_identifier(node.target.id), dtype)
-        with self.builder.nested() as body:
-            self.scopes.append({node.target.id: var})
-            try:
-                self.visit_body(node.body)
-            finally:
-                self.scopes.pop()
-        self.builder.for_range(var, *bounds, body=body, unroll=loop.unroll)
-
-    def loop_iterable(self, node: ast.expr) -> Any:
-        """A LoopRange for ``range(...)``/``self.range(...)``, else the compile-time iterable."""
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" \
-                and self.lookup("range") is builtins.range:
-            args = [self.eval(a) for a in node.args]
-            if node.keywords or not 1 <= len(args) <= 3:
-                raise ScriptError("range takes 1 to 3 positional arguments")
-            if len(args) == 1:
-                args = [0, args[0]]
-            if len(args) == 2:
-                args.append(1)
-            return LoopRange(*args, unroll=False)
-        return self.eval(node)
-
     def visit_if(self, node: ast.If) -> None:
         cond = self.eval(node.test)
         if is_tensor_like(cond):
             raise ScriptError("an if condition must be a scalar; a tensor has no truth value")
         if _is_expr(cond):
-            with self.builder.nested() as then_body:
-                self.scoped(node.body)
-            else_body = None
-            if node.orelse:
-                with self.builder.nested() as else_body:
-                    self.scoped(node.orelse)
+            self.runtime_branches += 1
+            try:
+                with self.builder.nested() as then_body:
+                    self.scoped(node.body)
+                else_body = None
+                if node.orelse:
+                    with self.builder.nested() as else_body:
+                        self.scoped(node.orelse)
+            finally:
+                self.runtime_branches -= 1
             self.builder.if_then(cond, then_body, else_body)
         elif cond:
             self.visit_body(node.body)
@@ -330,9 +298,12 @@ class Transpiler:
             self.visit_body(node.orelse)
 
     def scoped(self, body: list[ast.stmt]) -> None:
+        """Translate the body of a run-time branch, in a scope of its own."""
         self.scopes.append({})
         try:
             self.visit_body(body)
+        except Jump:
+            pass
         finally:
             self.scopes.pop()
 
@@ -360,8 +331,10 @@ class Transpiler:
 
     STATEMENTS: dict[type, Callable] = {
         ast.Expr: visit_expr_stmt, ast.Assign: visit_assign, ast.AugAssign: visit_aug_assign,
-        ast.AnnAssign: visit_ann_assign, ast.For: visit_for, ast.If: visit_if, ast.Pass: visit_pass,
+        ast.AnnAssign: visit_ann_assign, ast.For: LoopStatements.visit_for, ast.If: visit_if, ast.Pass: visit_pass,
         ast.Return: visit_return, ast.Assert: visit_assert, ast.Raise: visit_raise,
+        ast.While: LoopStatements.visit_while, ast.Break: LoopStatements.visit_break,
+        ast.Continue: LoopStatements.visit_continue,
     }
 
     # --- expressions ----------------------------------------------------------------------------

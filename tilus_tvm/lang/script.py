@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tilus_tvm.errors import ScriptError
+from tilus_tvm.ir.scalar import expr_dtype, is_expr
 from tilus_tvm.ir.values import is_scalar
 from tilus_tvm.lang.instructions.assign import AssignInstructions
 from tilus_tvm.lang.instructions.compute import ComputeInstructions
+from tilus_tvm.lang.instructions.debug import DebugInstructions
 from tilus_tvm.lang.instructions.dot_split import DotSplitInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
 from tilus_tvm.lang.instructions.scalar_memory import ScalarMemoryInstructions
+from tilus_tvm.target import MAX_GRID
 
 
 class Attributes:
@@ -38,7 +41,9 @@ class Attributes:
 
     @property
     def blocks(self) -> Optional[tuple[Any, ...]]:
-        """Grid size: an int or scalar expression, or a list of up to 3 (x, y, z)."""
+        """Grid size: an int or scalar expression, or a list of up to 3 (x, y, z), read in the kernel as
+        ``self.blockIdx.x``/``.y``/``.z``. CUDA's limits (x up to 2**31 - 1, y and z up to 65535) are
+        checked here for compile-time extents and at launch for run-time ones."""
         return self._blocks
 
     @blocks.setter
@@ -46,11 +51,17 @@ class Attributes:
         items = list(value) if isinstance(value, (list, tuple)) else [value]
         if not 1 <= len(items) <= 3:
             raise ScriptError(f"attrs.blocks must have 1 to 3 dimensions, got {value!r}")
-        for v in items:
-            if not is_scalar(v) or isinstance(v, float):
+        for axis, (v, limit) in enumerate(zip(items, MAX_GRID)):
+            if is_expr(v):
+                from tvm import tirx  # loaded: v is a TVM expression
+
+                if isinstance(v, tirx.IntImm):
+                    v = items[axis] = int(v.value)
+            if not is_scalar(v) or isinstance(v, float) or (is_expr(v) and "int" not in expr_dtype(v)):
                 raise ScriptError(f"attrs.blocks entry {v!r} must be an int or an integer scalar expression")
-            if isinstance(v, int) and v < 0:
-                raise ScriptError(f"attrs.blocks entry {v} must not be negative")
+            if isinstance(v, int) and not 0 <= v <= limit:
+                raise ScriptError(f"attrs.blocks: grid dimension {'xyz'[axis]} is {v}, CUDA allows 0 to {limit}"
+                                  + (" (y and z are limited to 65535; put the large extent in x)" if axis else ""))
         self._blocks = tuple(items)
 
     @property
@@ -82,9 +93,20 @@ class Attributes:
 
 @dataclass(frozen=True)
 class Dim3:
+    """``self.blockIdx`` / ``self.gridDim``: three scalars, also unpacked as ``bx, by, bz = self.blockIdx``."""
+
     x: Any
     y: Any
     z: Any
+
+    def __iter__(self):
+        return iter((self.x, self.y, self.z))
+
+    def __len__(self) -> int:
+        return 3
+
+    def to_tuple(self) -> tuple:
+        return (self.x, self.y, self.z)
 
 
 @dataclass(frozen=True)
@@ -119,7 +141,7 @@ class _ScriptState:
 
 
 class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, AssignInstructions,
-             ScalarMemoryInstructions):
+             ScalarMemoryInstructions, DebugInstructions):
     """Base class of kernels (see the module docstring)."""
 
     _kernel_fn = None
@@ -148,6 +170,17 @@ class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, Assi
         if self._tilus.block_idx is None:
             raise ScriptError("self.blockIdx is only available inside the kernel while it is compiled")
         return self._tilus.block_idx
+
+    @property
+    def gridDim(self) -> Dim3:  # noqa: N802 - CUDA's spelling
+        """The grid's extents as set by ``self.attrs.blocks`` (1 for the dimensions it leaves out): ints
+        or scalar expressions of the kernel's parameters."""
+        if self._tilus.block_idx is None:
+            raise ScriptError("self.gridDim is only available inside the kernel while it is compiled")
+        blocks = self._tilus.attrs.blocks
+        if blocks is None:
+            raise ScriptError("self.gridDim is read before self.attrs.blocks is set; set the grid first")
+        return Dim3(*(list(blocks) + [1] * (3 - len(blocks))))
 
     @property
     def utils(self) -> "ScriptUtils":

@@ -20,7 +20,7 @@ from __future__ import annotations
 from tilus_tvm.errors import CompileError
 from tilus_tvm.instructions import lookup
 from tilus_tvm.ir import inst as ir
-from tilus_tvm.ir.stmt import ForStmt, Function, IfStmt, InstStmt, SeqStmt, instructions
+from tilus_tvm.ir.stmt import ForStmt, Function, IfStmt, InstStmt, SeqStmt, WhileStmt, instructions
 from tilus_tvm.ir.tensor import RegisterTensor
 from tilus_tvm.layout.register import RegisterLayout
 from tilus_tvm.passes.layout_choice import default_layout
@@ -73,7 +73,7 @@ class LayoutInference:
         for stmt in seq.stmts:
             if isinstance(stmt, SeqStmt):
                 out.append(self.insert_conversions(stmt))
-            elif isinstance(stmt, ForStmt):
+            elif isinstance(stmt, (ForStmt, WhileStmt)):
                 stmt.body = self.insert_conversions(stmt.body)
                 out.append(stmt)
             elif isinstance(stmt, IfStmt):

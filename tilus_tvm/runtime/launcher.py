@@ -44,8 +44,7 @@ from typing import Any, Callable, Optional
 
 from tilus_tvm.lang.signature import ParamSpec
 from tilus_tvm.lang.arguments import MAX_INDEX, VECTOR_ALIGNMENT, flat_view
-
-MAX_GRID = (2**31 - 1, 65535, 65535)
+from tilus_tvm.target import MAX_GRID
 
 
 class Refused(Exception):

@@ -121,5 +121,16 @@ class ComputeInstructions(InstructionBase):
         return builder.dot(a, b, c, out)
 
     def printf(self, fmt: str, *args: Any) -> None:
-        """C ``printf`` from the kernel, printed once per block (by its thread 0). Arguments are scalars."""
+        """C ``printf`` from the kernel, printed once per block (by its thread 0).
+
+        ``args`` are scalars (ints, floats, scalar expressions) and compile-time strings, one per
+        conversion of ``fmt``; each must suit its conversion: integers (and bool) for ``%d %i %u %x
+        %o %c``, floats for ``%f %e %g %a``, strings for ``%s``. 64-bit integers need ``%lld``; 32-bit
+        ones are widened for ``%lld``; float16/bfloat16 are printed through float32. A mismatch
+        or a wrong count is a :class:`~tilus_tvm.errors.ScriptError`.
+
+        Example::
+
+            self.printf("block %d: m_size=%d scale=%.3f\\n", self.blockIdx.x, m_size, scale)
+        """
         self._builder("printf").printf(fmt, args)

@@ -4,8 +4,9 @@
     python scripts/bench_attention.py        # about two minutes on an H100
     python scripts/bench_attention.py --configs "64,64,4,2,32 128,64,8,2,32 64,32,4,3,32"   # prefill only
 
-``--configs``: FlashAttention configurations (block_q, block_kv, warps, stages, out_chunk) to time
-in place of the library's choice, one prefill table each (for tuning FLASH_CONFIGS).
+``--configs``: FlashAttention configurations (block_q, block_kv, warps, stages, out_chunk and, optionally,
+q_in_registers as 0/1) to time in place of the library's choice, one prefill table each (for tuning
+FLASH_CONFIGS); ``--seqs`` limits the prefill lengths.
 
 Prefill: batch 4, 32 heads, head_dim 128, float16, seq 1K/4K/16K, causal and not, in TFLOP/s
 (4 * b * h * sq * sk * d, halved when causal). Decode: batch 32, 32 heads, one query token, KV
@@ -24,7 +25,7 @@ from tilus_tvm.schedules import attention, decode_attention, flash_attention  # 
 from tilus_tvm.utils import benchmark_func  # noqa: E402
 
 BATCH, HEADS, HEAD_DIM, DTYPE = 4, 32, 128, torch.float16
-PREFILL_SEQS = (1024, 4096, 16384)
+PREFILL_SEQS = [1024, 4096, 16384]
 DECODE_BATCH, DECODE_LENGTHS = 32, (1024, 2048, 4096, 8192, 16384, 32768)
 
 
@@ -118,8 +119,12 @@ def main():
         print("bench_attention.py needs a CUDA GPU")
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", default=None, help="FlashAttention configs: bq,bkv,warps,stages,out_chunk ...")
+    parser.add_argument("--configs", default=None,
+                        help="FlashAttention configs: bq,bkv,warps,stages,out_chunk[,q_in_registers] ...")
+    parser.add_argument("--seqs", default=None, help="comma-separated prefill lengths (default 1024,4096,16384)")
     options = parser.parse_args()
+    if options.seqs:
+        PREFILL_SEQS[:] = [int(v) for v in options.seqs.split(",")]
     torch.manual_seed(0)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if options.configs:

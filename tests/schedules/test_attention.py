@@ -127,6 +127,31 @@ def test_flash_attention_matches_torch(dtype, causal, head_dim, seq_q, seq_k):
     torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
 
 
+def test_q_from_shared_memory_reloads_its_fragments_every_key_tile():
+    q = torch.empty(6, 300, 128, dtype=torch.float16)
+    kept = FlashAttention(block_q=128, warps=8).compile(6, 300, 300, 0.1, q, q, q, q, target="sm_90").ptx
+    reloaded = FlashAttention(block_q=128, warps=4, q_in_registers=False).compile(
+        6, 300, 300, 0.1, q, q, q, q, target="sm_90").ptx
+    # q's 8 fragments (16 columns each) load once outside the loop when kept, every tile when not
+    assert count(reloaded, "ldmatrix.sync.aligned.m8n8.x4.shared.b16") > count(kept, "ldmatrix.sync.aligned.m8n8.x4.shared.b16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [(128, 64, 8, 2, 32, True), (128, 64, 4, 2, 32, False), (64, 32, 4, 3, 64, False)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_configurations(config, causal):
+    bq, bkv, warps, stages, out_chunk, q_in_registers = config
+    q = torch.randn(2, 3, 300, 128, dtype=torch.float16, device="cuda")
+    k = torch.randn(2, 3, 333, 128, dtype=torch.float16, device="cuda")
+    v = torch.randn(2, 3, 333, 128, dtype=torch.float16, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    kernel = FlashAttention(128, bq, bkv, warps, stages, out_chunk, causal, q_in_registers=q_in_registers)
+    scale = 1 / math.sqrt(128)
+    kernel(6, 300, 333, scale * LOG2E, q.view(6, 300, 128), k.view(6, 333, 128), v.view(6, 333, 128),
+           out.view(6, 300, 128))
+    torch.testing.assert_close(out, reference(q, k, v, causal), atol=2e-2, rtol=2e-2)
+
+
 @pytest.mark.gpu
 def test_flash_attention_causal_edges_and_scale():
     """A key just past the diagonal carries a huge value: any leak shows."""

@@ -49,11 +49,14 @@ class FlashAttention(tilus.Script):
     ``head_dim``: 64 or 128; ``block_q``: query rows per block (a multiple of ``16 * warps``);
     ``block_kv``: key rows per tile (a multiple of 16); ``stages``: depth of the k/v ring (>= 2);
     ``out_chunk``: columns of the output accumulator per ``P @ v`` product; ``causal``: mask keys
-    after the query (top-left aligned); ``dtype``: float16 or bfloat16 (q, k, v and o).
+    after the query (top-left aligned); ``dtype``: float16 or bfloat16 (q, k, v and o);
+    ``q_in_registers``: keep q's fragments in registers for the whole kernel (else reload them from
+    shared memory for every key tile, which frees registers for taller blocks).
     """
 
     def __init__(self, head_dim: int = 128, block_q: int = 64, block_kv: int = 64, warps: int = 4,
-                 stages: int = 2, out_chunk: int = 32, causal: bool = False, dtype: Any = float16):
+                 stages: int = 2, out_chunk: int = 32, causal: bool = False, dtype: Any = float16,
+                 q_in_registers: bool = True):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -70,6 +73,14 @@ class FlashAttention(tilus.Script):
             raise ScriptError(f"FlashAttention: stages must be at least 2, got {stages}")
         self.head_dim, self.block_q, self.block_kv, self.warps = head_dim, block_q, block_kv, warps
         self.stages, self.out_chunk, self.causal, self.dtype = stages, out_chunk, bool(causal), dtype
+        self.q_in_registers = bool(q_in_registers)
+
+    def qk_fragments(self, sq, sk_stage, q_frags, kc: int):
+        """The q and k fragments of columns ``16 kc .. 16 kc + 15`` of the score product (q's from the
+        registers when it is kept there, else from shared memory)."""
+        q_frag = q_frags[kc] if self.q_in_registers else \
+            self.load_shared(sq, offsets=[0, kc * 16], shape=[self.block_q, 16])
+        return q_frag, self.load_shared(sk_stage.transpose(), offsets=[kc * 16, 0], shape=[16, self.block_kv])
 
     def __call__(self, batch_heads: int32, seq_q: int32, seq_k: int32, scale_log2: float32,
                  q_ptr: ~void, k_ptr: ~void, v_ptr: ~void, o_ptr: ~void):
@@ -97,8 +108,9 @@ class FlashAttention(tilus.Script):
         self.copy_async_wait_group(stages - 2)
         self.sync()
         q_frags = []
-        for qc in list(range(d // 16)):
-            q_frags.append(self.load_shared(sq, offsets=[0, qc * 16], shape=[bq, 16]))
+        if self.q_in_registers:
+            for qc in list(range(d // 16)):
+                q_frags.append(self.load_shared(sq, offsets=[0, qc * 16], shape=[bq, 16]))
         m = self.register_tensor(dtype=float32, shape=[bq, 1], init=M_INIT)
         l = self.register_tensor(dtype=float32, shape=[bq, 1], init=0.0)
         acc = []
@@ -115,9 +127,15 @@ class FlashAttention(tilus.Script):
             self.copy_async(src=gv, dst=sv[ahead % stages], offsets=[bh, ahead * bkv, 0])
             self.copy_async_commit_group()
             s = self.register_tensor(dtype=float32, shape=[bq, bkv], init=0.0)
+            # The fragments of the next 16 columns load before this product (and q's, when it is not
+            # kept in registers), so the backend can spread the loads among its mma instructions.
+            q_frag, k_frag = self.qk_fragments(sq, sk[stage], q_frags, 0)
             for kc in list(range(d // 16)):
-                k_frag = self.load_shared(sk[stage].transpose(), offsets=[kc * 16, 0], shape=[16, bkv])
-                self.dot_split(q_frags[kc], k_frag, s, warp_grid=grid, out=s)
+                if kc + 1 < d // 16:
+                    q_next, k_next = self.qk_fragments(sq, sk[stage], q_frags, kc + 1)
+                self.dot_split(q_frag, k_frag, s, warp_grid=grid, out=s)
+                if kc + 1 < d // 16:
+                    q_frag, k_frag = q_next, k_next
             s = s * scale_log2
             kv0 = j * bkv
             if self.causal:
@@ -202,7 +220,7 @@ def flash_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optiona
     return out
 
 
-# (block_q, block_kv, warps, stages, out_chunk) by head_dim.
+# (block_q, block_kv, warps, stages, out_chunk[, q_in_registers]) by head_dim.
 FLASH_CONFIGS = {64: (64, 64, 4, 2, 32), 128: (64, 64, 4, 2, 32)}
 _FLASH_KERNELS: dict = {}
 
@@ -211,7 +229,7 @@ def flash_kernel_for(head_dim: int, causal: bool, dtype: Any) -> FlashAttention:
     """The ``FlashAttention`` that :func:`flash_attention` uses."""
     key = (head_dim, causal, str(dtype))
     if key not in _FLASH_KERNELS:
-        bq, bkv, warps, stages, oc = FLASH_CONFIGS[head_dim]
+        bq, bkv, warps, stages, oc, *q_in_registers = FLASH_CONFIGS[head_dim]
         _FLASH_KERNELS[key] = FlashAttention(head_dim, bq, bkv, warps, stages, oc, causal,
-                                             bfloat16 if "bfloat16" in str(dtype) else float16)
+                                             bfloat16 if "bfloat16" in str(dtype) else float16, *q_in_registers)
     return _FLASH_KERNELS[key]

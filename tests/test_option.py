@@ -23,7 +23,8 @@ def default_options(monkeypatch):
 
 
 def test_defaults():
-    assert option.option_names() == ["cache_dir", "debug.verify", "dump_ir"]
+    assert option.option_names() == ["cache_dir", "debug.dump_ir", "debug.launch_blocking", "debug.verify", "dump_ir",
+                                     "parallel_workers"]
     assert option.get_option("dump_ir") is None and option.dump_directory() is None
     assert option.get_option("debug.verify") is True
     assert option.get_option("cache_dir") == pathlib.Path.home() / ".cache" / "tilus_tvm"
@@ -76,7 +77,8 @@ def test_cache_dir_from_the_environment(tmp_path, monkeypatch):
 
 
 def test_an_unknown_option_name_lists_the_options():
-    message = "unknown option 'dump_irr'; the options are: cache_dir, debug.verify, dump_ir"
+    message = ("unknown option 'dump_irr'; the options are: cache_dir, debug.dump_ir, debug.launch_blocking, "
+               "debug.verify, dump_ir, parallel_workers")
     with pytest.raises(OptionError, match=message):
         option.get_option("dump_irr")
     with pytest.raises(OptionError, match="unknown option 'verify'"):

@@ -196,6 +196,8 @@ def shared_row_major_swizzle(shape: Sequence[int], dtype_nbytes: int) -> SharedL
       element offsets differ;
     - other row widths: row-major, with each row padded by 16 bytes when it holds an even number of
       16-byte chunks (so consecutive rows start in different bank groups); an odd number needs none.
+      ``ldmatrix`` reads stay conflict-free; a warp's 16-byte stores may meet 2-way conflicts where
+      one phase of 8 stores straddles two rows (as with Tilus's layout for such widths).
 
     >>> shared_row_major_swizzle([64, 32], dtype_nbytes=2)
     SharedLayout(shape=[64, 32], strides=[32, 1], swizzle=Sw<2,3,3>)

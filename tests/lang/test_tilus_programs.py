@@ -39,7 +39,7 @@ def programs():
          [r"mma\.sync\.aligned\.m16n8k32\.row\.col\.s32\.s8\.s8\.s32"]),
         ("tile_attention", P.TileAttention(), (100, 96, meta(100, 64), meta(96, 64), meta(96, 64), meta(100, 64)),
          [r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", r"ex2\.approx"]),
-        ("row_scale", P.RowScale(), (20, meta(20, 256, dtype=f32), meta(256, dtype=f32), meta(20, 256, dtype=f32)),
+        ("row_scale", P.RowScale(), (20, meta(20, 256, dtype=f32), meta(1, 256, dtype=f32), meta(20, 256, dtype=f32)),
          [r"ld\.global(\.nc)?\.v4\.f32"]),
     ]
 

@@ -55,7 +55,7 @@ def test_tile_attention(n_q, n_kv):
 @pytest.mark.parametrize("m", [20, 8, 1])
 def test_row_scale(m):
     x = torch.randn(m, 256, device="cuda")
-    w = torch.randn(256, device="cuda")
+    w = torch.randn(1, 256, device="cuda")
     y = poisoned(m, 256, dtype=torch.float32)
     P.RowScale()(m, x, w, y)
     torch.testing.assert_close(y, x * w / (x.abs().sum(dim=1, keepdim=True) + 1e-6))
@@ -63,7 +63,7 @@ def test_row_scale(m):
 
 def test_launch_blocking_waits_for_the_kernel():
     x = torch.randn(64, 256, device="cuda")
-    w = torch.randn(256, device="cuda")
+    w = torch.randn(1, 256, device="cuda")
     y = poisoned(64, 256, dtype=torch.float32)
     kernel = P.RowScale()
     kernel(64, x, w, y)  # compiled and warm

@@ -178,7 +178,7 @@ class TileAttention(tilus.Script):
 
 
 class RowScale(tilus.Script):
-    """``y = x * w / (sum(|x|, dim=1) + eps)`` for float32 x [m, n] and w [n]: x is loaded in
+    """``y = x * w / (sum(|x|, dim=1) + eps)`` for float32 x [m, n] and w [1, n]: x is loaded in
     ``self.cuda.default_register_layout``, w in the layout ``reduce`` derives from it for one row, so
     the broadcast needs no conversion."""
 

@@ -222,3 +222,47 @@ def test_shared_layouts():
 def test_round_up_to_multiple_in_self_utils():
     utils = tilus.Script().utils
     assert [utils.round_up_to_multiple(v, 16) for v in (0, 1, 16, 17)] == [0, 16, 16, 32]
+
+
+class PinnedDot(tilus.Script):
+    """[64, 64] @ [64, 32] on 4 warps, the accumulator pinned to ``pinned`` (or not pinned)."""
+
+    def __init__(self, pinned=None):
+        super().__init__()
+        self.pinned = pinned
+
+    def __call__(self, a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        ga = self.global_view(a_ptr, dtype=float16, shape=[64, 64])
+        gb = self.global_view(b_ptr, dtype=float16, shape=[64, 32])
+        gc = self.global_view(c_ptr, dtype=float32, shape=[64, 32])
+        acc = self.register_tensor(dtype=float32, shape=[64, 32], layout=self.pinned, init=0.0)
+        a = self.load_global(ga, offsets=[0, 0], shape=[64, 64])
+        b = self.load_global(gb, offsets=[0, 0], shape=[64, 32])
+        self.dot(a, b, acc, out=acc)
+        self.store_global(gc, acc, offsets=[0, 0])
+
+
+@pytest.mark.parametrize("grid", [None, (4, 1), (2, 2), (1, 4)])
+def test_dot_runs_on_the_grid_of_a_pinned_accumulator(grid):
+    pinned = None if grid is None else cuda.resolve_dot_config(float16, float32, m=64, n=32, k=64, warp_m=grid[0],
+                                                               warp_n=grid[1])
+    kernel = PinnedDot(None if pinned is None else pinned.lc)
+    args = (torch.empty(64, 64, dtype=torch.float16, device="meta"),
+            torch.empty(64, 32, dtype=torch.float16, device="meta"), torch.empty(64, 32, device="meta"))
+    insts = list(instructions(kernel.tile_program(*args, target="sm_80").body))
+    (dot,) = [i for i in insts if isinstance(i, ir.Dot)]
+    default = cuda.resolve_dot_config(float16, float32, m=64, n=32, k=64, num_warps=4)
+    assert (dot.config.warps_m, dot.config.warps_n) == (grid or default.warp_spatial)
+    assert not [i for i in insts if isinstance(i, ir.ConvertLayout)]  # the loads take the fragment layouts
+
+
+def test_an_accumulator_pinned_to_no_mma_layout_is_converted():
+    kernel = PinnedDot(spatial(8, 16).local(8, 2))
+    args = (torch.empty(64, 64, dtype=torch.float16, device="meta"),
+            torch.empty(64, 32, dtype=torch.float16, device="meta"), torch.empty(64, 32, device="meta"))
+    insts = list(instructions(kernel.tile_program(*args, target="sm_80").body))
+    (dot,) = [i for i in insts if isinstance(i, ir.Dot)]
+    assert (dot.config.warps_m, dot.config.warps_n) == (2, 2)  # the grid dot picks on its own
+    assert len([i for i in insts if isinstance(i, ir.ConvertLayout)]) == 2  # acc into fragments and back

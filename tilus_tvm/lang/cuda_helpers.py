@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence
 from tilus_tvm.dtypes import DataType, as_dtype
 from tilus_tvm.errors import LayoutError, ScriptError
 from tilus_tvm.layout.atoms import MmaAtom, get_mma_atom
-from tilus_tvm.layout.register import RegisterLayout, local, register_layout, spatial
+from tilus_tvm.layout.register import RegisterLayout, register_layout, spatial
 from tilus_tvm.layout.register_ops import auto_local_spatial, permute
 from tilus_tvm.layout.shared import SharedLayout, shared_row_major
 

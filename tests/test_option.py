@@ -23,7 +23,8 @@ def default_options(monkeypatch):
 
 
 def test_defaults():
-    assert option.option_names() == ["cache_dir", "debug.verify", "dump_ir"]
+    assert option.option_names() == ["cache_dir", "debug.dump_ir", "debug.launch_blocking", "debug.verify", "dump_ir",
+                                     "parallel_workers"]
     assert option.get_option("dump_ir") is None and option.dump_directory() is None
     assert option.get_option("debug.verify") is True
     assert option.get_option("cache_dir") == pathlib.Path.home() / ".cache" / "tilus_tvm"
@@ -76,7 +77,8 @@ def test_cache_dir_from_the_environment(tmp_path, monkeypatch):
 
 
 def test_an_unknown_option_name_lists_the_options():
-    message = "unknown option 'dump_irr'; the options are: cache_dir, debug.verify, dump_ir"
+    message = ("unknown option 'dump_irr'; the options are: cache_dir, debug.dump_ir, debug.launch_blocking, "
+               "debug.verify, dump_ir, parallel_workers")
     with pytest.raises(OptionError, match=message):
         option.get_option("dump_irr")
     with pytest.raises(OptionError, match="unknown option 'verify'"):
@@ -103,3 +105,97 @@ def test_the_option_module_imports_neither_tvm_nor_torch():
             "print(sorted(m for m in ('tvm', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- Tilus's option functions ---------------------------------------------------------------------
+def test_cache_dir_moves_the_compile_cache(tmp_path):
+    from tilus_tvm.runtime import cache
+
+    option.cache_dir(tmp_path / "kernels")
+    assert option.get_option("cache_dir") == tmp_path / "kernels"
+    assert cache.cache_dir() == tmp_path / "kernels"
+    assert cache.entry_dir("abc") == tmp_path / "kernels" / "abc"
+    option.set_option("cache_dir", None)
+    assert cache.cache_dir() == pathlib.Path.home() / ".cache" / "tilus_tvm"
+    with pytest.raises(OptionError, match="cache_dir: expects a directory"):
+        option.cache_dir(None)
+
+
+def test_set_cache_dir_and_option_cache_dir_are_one_setting(tmp_path):
+    import tilus_tvm
+
+    tilus_tvm.set_cache_dir(tmp_path)
+    assert option.get_option("cache_dir") == tmp_path
+    tilus_tvm.set_cache_dir(None)
+    assert option.get_option("cache_dir") == pathlib.Path.home() / ".cache" / "tilus_tvm"
+
+
+def test_debug_dump_ir_dumps_under_the_cache_dir(tmp_path):
+    option.cache_dir(tmp_path)
+    assert option.dump_directory() is None
+    option.debug.dump_ir()
+    assert option.get_option("debug.dump_ir") is True
+    assert option.dump_directory() == tmp_path / "ir"
+    option.dump_ir(tmp_path / "elsewhere")  # a directory given explicitly wins
+    assert option.dump_directory() == tmp_path / "elsewhere"
+    option.dump_ir(None)
+    option.debug.dump_ir(False)
+    assert option.dump_directory() is None
+
+
+def test_launch_blocking_and_parallel_workers():
+    assert option.launch_blocking_enabled() is False
+    option.debug.launch_blocking()
+    assert option.launch_blocking_enabled() is True and option.get_option("debug.launch_blocking") is True
+    option.debug.launch_blocking(False)
+    assert option.launch_blocking_enabled() is False
+    option.parallel_workers(3)
+    assert option.get_option("parallel_workers") == 3
+    with pytest.raises(OptionError, match="option 'parallel_workers' expects a positive int, got 0"):
+        option.parallel_workers(0)
+    option.debug.verify(False)
+    assert option.get_option("debug.verify") is False
+
+
+def test_tilus_options_without_a_counterpart_say_so():
+    option.debug.disable_ptxas_opt(False)  # the default state is fine
+    with pytest.raises(OptionError, match="debug.disable_ptxas_opt: not supported by tilus-tvm"):
+        option.debug.disable_ptxas_opt()
+    with pytest.raises(AttributeError, match="tilus_tvm.option.bench_warmup is not supported"):
+        option.bench_warmup(5)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_option'"):
+        option.no_such_option
+
+
+def test_a_launch_waits_for_the_kernel_when_launch_blocking_is_on(monkeypatch):
+    import types
+
+    import torch
+
+    from tilus_tvm.runtime import jit
+
+    events = []
+
+    class Table:
+        def dispatch(self, *args):
+            events.append(("launch", args))
+
+    script = types.SimpleNamespace(_tilus=types.SimpleNamespace(launch_table=Table()))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: events.append(("synchronize",)))
+    jit.launch(script, (1, 2))
+    assert events == [("launch", (1, 2))]
+    option.debug.launch_blocking()
+    jit.launch(script, (3,))
+    assert events[1:] == [("launch", (3,)), ("synchronize",)]
+
+
+def test_parallel_workers_sizes_the_tuning_builder(monkeypatch):
+    from tilus_tvm.tune import measure
+
+    made = []
+    monkeypatch.setattr(measure, "has_worker_pool", lambda: True)
+    monkeypatch.setattr(measure.ms.builder, "LocalBuilder", lambda **kwargs: made.append(kwargs) or kwargs)
+    option.parallel_workers(5)
+    measure.default_builder()
+    measure.default_builder(max_workers=2)
+    assert [kwargs["max_workers"] for kwargs in made] == [5, 2]

@@ -13,6 +13,8 @@ Emitter: every register slot is known at compile time:
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
@@ -108,9 +110,40 @@ def dot_layouts(config: DotConfig) -> tuple[RegisterLayout, RegisterLayout, Regi
     return a_layout, b_layout, c_layout
 
 
+def pinned_dot_config(m: int, n: int, k: int, a_dtype: str, c_dtype: str, warps: int,
+                      pinned: tuple) -> Optional[DotConfig]:
+    """The mma config (one atom, every warp used) whose layouts of ``(a, b, c, output)`` agree with
+    the most layouts the author pinned (``pinned``: a layout or None for each), so that operands
+    loaded in a layout from ``self.cuda.resolve_dot_config`` (or pinned by ``annotate_layout``) need
+    no conversion; None when no config matches any of them."""
+    best, best_matches = None, 0
+    for atom_k in (32, 16, 8):
+        try:
+            atom = get_mma_atom(a_dtype, a_dtype, c_dtype, k=atom_k)
+        except LayoutError:
+            continue
+        if m % atom.m or n % atom.n or k % atom.k:
+            continue
+        m_tiles, n_tiles = m // atom.m, n // atom.n
+        for warps_m in (d for d in range(1, warps + 1) if warps % d == 0):
+            warps_n = warps // warps_m
+            if m_tiles % warps_m or n_tiles % warps_n:
+                continue
+            config = DotConfig("mma", atom, warps_m, warps_n, 1, m_tiles // warps_m, n_tiles // warps_n, k // atom.k)
+            a, b, c = dot_layouts(config)
+            matches = sum(layout == want for layout, want in zip(pinned, (a, b, c, c)) if layout is not None)
+            if matches > best_matches:
+                best, best_matches = config, matches
+    return best
+
+
 def configure_dot(inst: ir.Dot, func) -> None:
     (m, k), n = inst.a.shape, inst.b.shape[1]
-    inst.config = choose_dot_config(m, n, k, inst.a.dtype.name, inst.c.dtype.name, func.warps)
+    pinned = (inst.a.layout, inst.b.layout, inst.c.layout, inst.output.layout)
+    config = None
+    if any(layout is not None for layout in pinned):
+        config = pinned_dot_config(m, n, k, inst.a.dtype.name, inst.c.dtype.name, func.warps, pinned)
+    inst.config = config or choose_dot_config(m, n, k, inst.a.dtype.name, inst.c.dtype.name, func.warps)
     a, b, c = dot_layouts(inst.config)
     for tensor, layout in ((inst.a, a), (inst.b, b), (inst.c, c), (inst.output, c)):
         set_layout(tensor, layout)

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.scalar import expr_dtype, is_expr
 from tilus_tvm.ir.values import is_scalar
+from tilus_tvm.lang.cuda_helpers import CudaHelpersMixin
 from tilus_tvm.lang.instructions.assign import AssignInstructions
 from tilus_tvm.lang.instructions.compute import ComputeInstructions
 from tilus_tvm.lang.instructions.debug import DebugInstructions
@@ -127,6 +128,11 @@ class ScriptUtils:
         """``(a + b - 1) // b``: how many tiles of ``b`` cover ``a``."""
         return (a + b - 1) // b
 
+    @staticmethod
+    def round_up_to_multiple(a: Any, b: Any) -> Any:
+        """``ceil_div(a, b) * b``: ``a`` rounded up to a multiple of ``b``."""
+        return (a + b - 1) // b * b
+
 
 _UTILS = ScriptUtils()
 
@@ -141,7 +147,7 @@ class _ScriptState:
 
 
 class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, AssignInstructions,
-             ScalarMemoryInstructions, DebugInstructions):
+             ScalarMemoryInstructions, DebugInstructions, CudaHelpersMixin):
     """Base class of kernels (see the module docstring)."""
 
     _kernel_fn = None

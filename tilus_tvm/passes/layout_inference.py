@@ -104,7 +104,9 @@ class LayoutInference:
         if produced is not None and inst.output.layout != produced:
             final = inst.output
             # an in-place dot into a tensor of another layout accumulates in the converted copy of c
-            tmp = converted.get(id(final)) or self.fresh(final, produced)
+            tmp = converted.get(id(final))
+            if tmp is None:
+                tmp = self.fresh(final, produced)
             inst.output = tmp
             after.append(InstStmt(ir.ConvertLayout(final, tmp)))
         return before + [InstStmt(inst)] + after

@@ -25,8 +25,7 @@ import warnings
 from typing import Any, Callable, Optional
 
 import tilus_tvm
-
-_cache_dir: Optional[pathlib.Path] = None
+from tilus_tvm import option
 
 LIBRARY = "kernel.so"
 TIR = "kernel.tir.py"
@@ -35,16 +34,14 @@ META = "meta.json"
 
 
 def set_cache_dir(path: Optional[str | os.PathLike]) -> None:
-    """Keep compiled kernels under ``path`` (None: back to the default)."""
-    global _cache_dir
-    _cache_dir = pathlib.Path(path) if path is not None else None
+    """Keep compiled kernels under ``path`` (None: back to the default); the same setting as
+    ``tilus_tvm.option.cache_dir(path)``."""
+    option.set_option("cache_dir", path)
 
 
 def cache_dir() -> pathlib.Path:
-    if _cache_dir is not None:
-        return _cache_dir
-    env = os.environ.get("TILUS_TVM_CACHE_DIR")
-    return pathlib.Path(env) if env else pathlib.Path.home() / ".cache" / "tilus_tvm"
+    """Where compiled kernels are kept now: the ``cache_dir`` option (:mod:`tilus_tvm.option`)."""
+    return option.get_option("cache_dir")
 
 
 MEMO = ".memo"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from tilus_tvm.errors import CompileError
+from tilus_tvm.option import launch_blocking_enabled
 from tilus_tvm.lang.script import Script
 from tilus_tvm.lang.signature import ParamSpec
 from tilus_tvm.pipeline import Specialization, lower_specialized, signature
@@ -84,10 +85,16 @@ def _kernel_for(script: Script, bound: arguments.BoundArguments, target: Any) ->
 
 def launch(script: Script, args: tuple) -> None:
     try:
-        return script._tilus.launch_table.dispatch(*args)
+        script._tilus.launch_table.dispatch(*args)
+        dispatched = True
     except Exception:  # noqa: BLE001 - no table yet, a new key, refused arguments: the careful path says why
-        pass
-    launch_carefully(script, args)
+        dispatched = False
+    if not dispatched:
+        launch_carefully(script, args)
+    if launch_blocking_enabled():  # tilus_tvm.option.debug.launch_blocking(): errors surface at their launch
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def launch_carefully(script: Script, args: tuple) -> None:

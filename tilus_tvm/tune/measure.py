@@ -16,7 +16,6 @@ process) and ``ms.runner.LocalRunner`` on GPU 0. ``tracker="host:port:key"`` mak
 from __future__ import annotations
 
 import importlib.util
-import os
 from typing import Any, Optional
 
 import tvm
@@ -105,10 +104,14 @@ def has_worker_pool() -> bool:
 
 
 def default_builder(max_workers: Optional[int] = None, f_build=build_candidate):
-    """``LocalBuilder`` with ``f_build`` on every core (``SerialBuilder`` without its worker pool)."""
+    """``LocalBuilder`` with ``f_build`` on ``max_workers`` processes (default: the ``parallel_workers``
+    option, every core unless set) -- ``SerialBuilder`` without its worker pool."""
+    from tilus_tvm import option
+
     if not has_worker_pool():
         return SerialBuilder(f_build)
-    return ms.builder.LocalBuilder(max_workers=max_workers or os.cpu_count() or 1, timeout_sec=120, f_build=f_build)
+    workers = max_workers or option.get_option("parallel_workers")
+    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=f_build)
 
 
 def evaluator_config():

@@ -1,27 +1,67 @@
-"""Timing GPU work with CUDA events."""
+"""Timing GPU work with CUDA events (Tilus's ``benchmark_func``)."""
 from __future__ import annotations
 
 import statistics
-from typing import Callable
+from typing import Any, Callable, Union
+
+from tilus_tvm.errors import ScriptError
+
+L2_FLUSH_FLOOR_BYTES = 128 * 1024 * 1024
+# GPU clock cycles to stall the stream for, per timed call, before the timed calls: the launches then
+# queue up behind the stall, so each start event is reached only once its call is already enqueued
+# and the events time the GPU work, not the host's launch latency.
+QUEUE_AHEAD_CYCLES = 200_000
 
 
-def benchmark_func(fn: Callable[[], object], warmup: int = 5, repeat: int = 20) -> float:
-    """Median latency of ``fn()`` in milliseconds, each call timed with CUDA events on the current stream.
+def _l2_flush_bytes(torch: Any) -> int:
+    """Twice the current GPU's L2 cache (at least 128 MiB): writing that many bytes evicts it."""
+    try:
+        l2_bytes = int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
+    except (AttributeError, RuntimeError):
+        l2_bytes = 0
+    return max(2 * l2_bytes, L2_FLUSH_FLOOR_BYTES)
 
-    ``warmup`` untimed calls come first (they include compilation and cache warm-up).
+
+def _count(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ScriptError(f"benchmark_func: {name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def benchmark_func(run_func: Callable[[], Any], warmup: int = 5, repeat: int = 20, clear_l2_cache: bool = True,
+                   median: bool = True) -> Union[float, list[float]]:
+    """Latency of ``run_func()`` on the GPU in milliseconds: the median of ``repeat`` timed calls
+    (``median=False``: the list of them), after ``warmup`` untimed calls (which absorb compilation
+    and cache warm-up).
+
+    Each call is timed with a pair of CUDA events on the current stream. With ``clear_l2_cache``
+    (the default, as in Tilus) a buffer twice the size of the L2 cache is zeroed before each call,
+    outside the timed region, so every call starts from a cold L2 -- the honest setting for
+    memory-bound kernels. Needs a CUDA GPU and torch.
+
+    >>> ms = benchmark_func(lambda: kernel(n, x, y), warmup=10, repeat=50)  # doctest: +SKIP
     """
     import torch
 
-    if repeat < 1:
-        raise ValueError(f"benchmark_func: repeat must be at least 1, got {repeat}")
+    if not callable(run_func):
+        raise ScriptError(f"benchmark_func: run_func must be callable, got {run_func!r}")
+    warmup, repeat = _count(warmup, "warmup", 0), _count(repeat, "repeat", 1)
+    if not torch.cuda.is_available():
+        raise ScriptError("benchmark_func: times GPU work with CUDA events and needs a CUDA GPU; none is visible")
+    slab = torch.empty(_l2_flush_bytes(torch), dtype=torch.int8, device="cuda") if clear_l2_cache else None
     for _ in range(warmup):
-        fn()
+        run_func()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(QUEUE_AHEAD_CYCLES * repeat)
     for start, end in zip(starts, ends):
+        if slab is not None:
+            slab.zero_()
         start.record()
-        fn()
+        run_func()
         end.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return statistics.median(times) if median else times

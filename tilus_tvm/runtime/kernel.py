@@ -201,7 +201,8 @@ class CompiledKernel:
         pool = self.workspaces()
         if pool is not None:
             scalar_names = [spec.name for spec in self.specs if spec.kind == "scalar"]
-            args += pool.tensors_for(bound.device, dict(zip(scalar_names, bound.scalars)))
+            device = -1 if bound.device is None else bound.device  # None: arguments bound without a GPU (tests)
+            args += pool.tensors_for(device, dict(zip(scalar_names, bound.scalars)))
         function = self.function()
         for _ in range(len(args) + 1):
             try:

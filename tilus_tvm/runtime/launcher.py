@@ -167,7 +167,7 @@ def launcher_source(specs: list[ParamSpec], abi_params: tuple, grid_source: str,
     """Source of ``make_launcher(function)`` for one specialisation, or None when it gets none: no
     tensor parameter to carry the stream, a grid that is always empty or too large, or ``abi_params``
     that are not the run-time parameters of ``specs`` in order. ``workspaces`` (the kernel ABI's
-    ``WorkspaceSpec``\ s) are passed after the parameters, from the pool the launcher is made with."""
+    ``WorkspaceSpec`` objects) are passed after the parameters, from the pool the launcher is made with."""
     names = argument_names(specs)
     runtime = [(name, spec) for name, spec in zip(names, specs) if spec.kind != "const"]
     if [spec.name for _, spec in runtime] != [param.name for param in abi_params]:

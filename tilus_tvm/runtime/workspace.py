@@ -33,7 +33,7 @@ def evaluate_numel(text: str, scalars: dict[str, Any]) -> int:
 class WorkspacePool:
     """The workspace tensors of one compiled kernel (see the module docstring).
 
-    ``specs`` are the kernel ABI's :class:`~tilus_tvm.passes.kernel_abi.WorkspaceSpec`\\ s;
+    ``specs`` are the kernel ABI's :class:`~tilus_tvm.passes.kernel_abi.WorkspaceSpec` objects;
     ``kernel`` names the kernel in errors.
     """
 

@@ -172,3 +172,20 @@ def test_matmul_dispatches_to_split_k_for_few_rows_and_long_k(m, n, k):
     matmul(a, b, out=out)
     torch.testing.assert_close(out.float(), _reference(a, b).float(), rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(matmul(a, b, splits=1).float(), out.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_relax_call_is_refused_because_the_workspace_cannot_persist():
+    from tvm import relax
+    from tvm.script import relax as R
+
+    import tilus_tvm.relax as tilus_relax
+    from tilus_tvm.errors import RelaxError
+
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((16, 4096), "float16"))
+    w = relax.Var("w", R.Tensor((4096, 256), "float16"))
+    with builder.function("main", [x, w]):
+        with pytest.raises(RelaxError, match=r"allocates a workspace with self.global_tensor.*R\.call_tir"):
+            tilus_relax.call(MatmulSplitK(splits=4), 16, 256, 4096, x, w, out=R.Tensor((16, 256), "float16"),
+                             target="sm_90")
+        builder.emit_func_output(x)

@@ -5,10 +5,10 @@ kernel ABI pass lists workspaces; the code generator appends them to the kernel'
 
 The semaphore pair follows the usual split-K protocol (CUTLASS's serial reduction does the same):
 
-- lock: thread 0 polls the word with TVM's ``T.cuda.wait_until`` (``ld.relaxed.gpu`` polls closed
-  by one ``ld.acquire.gpu``), then ``__syncthreads()`` hands the acquired view to the block;
+- lock: thread 0 polls the word (``tilus_tvm.intrin.emit_semaphore_wait``: ``ld.relaxed.gpu`` polls
+  closed by one ``ld.acquire.gpu``), then ``__syncthreads()`` hands the acquired view to the block;
 - release: ``__syncthreads()`` (the block's stores are done), then thread 0 issues
-  ``__threadfence()`` and ``st.release.gpu.global.b32``.
+  ``__threadfence()`` and ``st.release.gpu.global.b32`` (``tilus_tvm.intrin.emit_semaphore_release``).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext, const, sync_threads
+from tilus_tvm.intrin.semaphore import emit_semaphore_release, emit_semaphore_wait
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
 
@@ -33,15 +34,15 @@ def emit_lock_semaphore(ctx: CodegenContext, inst: ir.LockSemaphore) -> None:
     observed = tirx.decl_buffer((1,), "int32", "semaphore_value", scope="local")
     with ctx.guarded(ctx.tx == 0):
         Tb.add_to_parent(tirx.AllocBuffer(observed))
-        Tb.evaluate(Tb.cuda.wait_until(observed, _address(ctx, inst), lambda current: current == value))
+        Tb.evaluate(emit_semaphore_wait(observed, _address(ctx, inst), value))
     sync_threads()
 
 
 def emit_release_semaphore(ctx: CodegenContext, inst: ir.ReleaseSemaphore) -> None:
     sync_threads()
     with ctx.guarded(ctx.tx == 0):
-        Tb.evaluate(Tb.cuda.thread_fence())
-        Tb.evaluate(Tb.ptx.st.release.gpu.global_.b32(_address(ctx, inst), const(inst.value, "int32")))
+        for call in emit_semaphore_release(_address(ctx, inst), const(inst.value, "int32")):
+            Tb.evaluate(call)
 
 
 register(ir.AllocateGlobal, emit=emit_allocate_global)

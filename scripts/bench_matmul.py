@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated MxNxK")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="space-separated bm,bn,bk,warps,stages,min_blocks")
     parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--splits", default="2,4,6,9,12,16", help="split counts tried for m <= 128")
+    parser.add_argument("--splits", default="2,3,5,8,12", help="split counts tried for m <= 128")
     args = parser.parse_args()
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split()]
     triton_run = triton_matmul()

@@ -82,15 +82,15 @@ def test_matmul_rejects_a_bad_split_argument():
 
 
 @pytest.mark.parametrize("m, n, k, sms, expected", [
-    (16, 4096, 14336, 132, 9),      # 32 output tiles: 2 blocks per SM need 9 splits
-    (32, 8192, 28672, 132, 5),      # 64 tiles of 32 x 128
-    (128, 4096, 14336, 132, 9),     # 32 tiles of 128 x 128
+    (16, 4096, 14336, 132, 5),      # 32 output tiles: a block per SM needs 5 splits
+    (32, 8192, 28672, 132, 3),      # 64 tiles of 32 x 128
+    (128, 4096, 14336, 132, 5),     # 32 tiles of 128 x 128
     (16, 14336, 4096, 132, 1),      # k too short to pay for the reduction
     (256, 4096, 14336, 132, 1),     # m beyond the split-K table
     (64, 32768, 16384, 132, 1),     # 256 tiles: the plain kernel fills the GPU
     (1, 128, 65536, 132, 16),       # at most 16 splits
     (16, 128, 8192, 108, 16),       # 128 k tiles allow 16 splits of 8 tiles
-    (16, 1024, 8192, 108, 16),
+    (16, 1024, 8192, 108, 14),      # 8 tiles on 108 SMs
 ])
 def test_choose_splits(m, n, k, sms, expected):
     assert choose_splits(m, n, k, sms) == expected

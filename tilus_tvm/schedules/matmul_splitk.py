@@ -146,9 +146,12 @@ SPLIT_K_CONFIGS = ((16, (16, 128, 64, 4, 4)), (32, (32, 128, 64, 4, 4)), (64, (6
 # When matmul() splits k: m within the table above, k of at least SPLIT_K_MIN_K (shorter k leaves
 # too little work per split to pay for the ordered reduction), and fewer output tiles than SMs.
 # Then the splits bring the grid to SPLIT_K_BLOCKS_PER_SM blocks per SM, keeping at least
-# SPLIT_K_MIN_TILES k tiles per split and at most SPLIT_K_MAX_SPLITS splits (the reduction is serial).
+# SPLIT_K_MIN_TILES k tiles per split and at most SPLIT_K_MAX_SPLITS splits. One block per SM
+# already keeps (stages - 1) tiles of b in flight on every SM, which a memory-bound product needs;
+# more splits add hand-offs to the reduction, which is serial (each costs a release, an acquire and
+# a round trip of the partial tile through L2).
 SPLIT_K_MIN_K = 8192
-SPLIT_K_BLOCKS_PER_SM = 2
+SPLIT_K_BLOCKS_PER_SM = 1
 SPLIT_K_MIN_TILES = 8
 SPLIT_K_MAX_SPLITS = 16
 

@@ -233,3 +233,21 @@ def test_ordered_sum_across_blocks_and_clean_semaphores_over_launches():
     (compiled,) = kernel._tilus.kernels.values()
     semaphores = compiled.workspaces().tensors[1][torch.cuda.current_device()]
     assert semaphores.numel() >= -(-4000 // 128) and int(semaphores.abs().sum()) == 0
+
+
+class ParameterSemaphores(tilus.Script):
+    """Semaphores in a tensor the caller passes (not a workspace)."""
+
+    def __call__(self, n: int32, sems_ptr: ~int32):
+        self.attrs.blocks = [2, 3]
+        self.attrs.warps = 2
+        sems = self.global_view(sems_ptr, dtype=int32, shape=[3, 2])
+        self.lock_semaphore(sems[self.blockIdx.y, self.blockIdx.x].item_ptr(), 0)
+        self.release_semaphore(sems[self.blockIdx.y, self.blockIdx.x], n)
+
+
+def test_semaphores_in_a_parameter_make_it_read_and_written():
+    compiled = ParameterSemaphores().compile(5, torch.zeros(3, 2, dtype=torch.int32), target="sm_80")
+    (_, sems) = compiled.abi.params
+    assert sems.reads and sems.writes and compiled.abi.workspaces == ()
+    assert "(&(sems_ptr_ptr[((((int)blockIdx.y) * 2) + ((int)blockIdx.x))]))" in compiled.cuda_source

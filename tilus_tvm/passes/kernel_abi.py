@@ -165,6 +165,10 @@ def plan_kernel_abi(func: Function) -> KernelABI:
             inst.src.pointer.reads = True
         elif isinstance(inst, ir.StoreGlobal):
             inst.dst.pointer.writes = True
+        elif isinstance(inst, ir.LockSemaphore):
+            inst.tensor.pointer.reads = True
+        elif isinstance(inst, ir.ReleaseSemaphore):
+            inst.tensor.pointer.writes = True
     scalar_vars = [p.var for p in func.params if p.kind == "scalar"]
     names = {p.var.name: p.name for p in func.params if p.kind == "scalar"}
     tensors, dims = {}, set()

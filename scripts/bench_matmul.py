@@ -9,7 +9,8 @@ min_blocks), and the table says which configuration reached it; ``matmul()`` (th
 function, with its own configuration choice) gets a row too, noting the split count it chose.
 Shapes with m <= 128 also get ``MatmulSplitK`` rows: its configuration for m with each of
 ``--splits`` (those the k allows), to tune ``choose_splits`` in tilus_tvm/schedules/matmul_splitk.py.
-The seed's MatmulV0 runs at 4096^3 for reference. Results are checked against torch before timing; times are medians of CUDA events.
+The seed's MatmulV0 runs at 4096^3 for reference. Results are checked against torch before
+timing; times are medians of CUDA events.
 Our Triton kernel is written for this benchmark in the style of Triton's matmul tutorial (grouped
 tile order, tl.dot, autotuned over the usual block configurations).
 """

@@ -6,8 +6,11 @@ autotuned Triton matmul, measured in one run on one GPU.
 
 For every shape our row is the best of ``--configs`` (block_m, block_n, block_k, warps, stages,
 min_blocks), and the table says which configuration reached it; ``matmul()`` (the torch-like
-function, with its own configuration choice) gets a row too. The seed's MatmulV0 runs at 4096^3
-for reference. Results are checked against torch before timing; times are medians of CUDA events.
+function, with its own configuration choice) gets a row too, noting the split count it chose.
+Shapes with m <= 128 also get ``MatmulSplitK`` rows: its configuration for m with each of
+``--splits`` (those the k allows), to tune ``choose_splits`` in tilus_tvm/schedules/matmul_splitk.py.
+The seed's MatmulV0 runs at 4096^3 for reference. Results are checked against torch before
+timing; times are medians of CUDA events.
 Our Triton kernel is written for this benchmark in the style of Triton's matmul tutorial (grouped
 tile order, tl.dot, autotuned over the usual block configurations).
 """
@@ -21,10 +24,11 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tests.helpers import load_tutorial  # noqa: E402
 from tilus_tvm.schedules.matmul import Matmul, matmul  # noqa: E402
+from tilus_tvm.schedules import matmul_splitk  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
 
 DEFAULT_SHAPES = ("4096x4096x4096,8192x8192x8192,1x4096x4096,16x14336x4096,128x4096x14336,"
-                  "1024x28672x4096,4096x4096x14336")
+                  "1024x28672x4096,4096x4096x14336,16x4096x14336,32x8192x28672")
 DEFAULT_CONFIGS = "128,256,64,8,3,1 128,256,64,8,4,1 128,256,32,8,4,1 128,128,32,4,4,1 64,128,64,4,4,1 16,128,64,4,4,1"
 
 
@@ -79,6 +83,7 @@ def main() -> None:
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="space-separated bm,bn,bk,warps,stages,min_blocks")
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--every-config", action="store_true", help="a row for every configuration, not only the best")
+    parser.add_argument("--splits", default="2,3,5,8,12", help="split counts tried for m <= 128")
     args = parser.parse_args()
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split()]
     triton_run = triton_matmul()
@@ -115,9 +120,23 @@ def main() -> None:
             if best is None or ms < best[0]:
                 best = (ms, config)
         row("tilus-tvm Matmul (best)", best[0], "config " + ",".join(map(str, best[1])))
+        if matmul_splitk.split_k_config(m) is not None:
+            for splits in (int(v) for v in args.splits.split(",")):
+                if splits > math.ceil(k / matmul_splitk.split_k_config(m)[2]):
+                    continue
+                kernel = matmul_splitk.split_k_kernel(m, splits, torch.float16)
+                c.fill_(float("nan"))
+                kernel(m, n, k, a, b, c)
+                torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
+                ms = benchmark_func(lambda: kernel(m, n, k, a, b, c), warmup=5, repeat=args.repeat)
+                row(f"MatmulSplitK splits={splits}", ms,
+                    "config " + ",".join(map(str, matmul_splitk.split_k_config(m))))
+        chosen = matmul_splitk.choose_splits(m, n, k, matmul_splitk.sm_count(torch.cuda.current_device()))
+        c.fill_(float("nan"))
         matmul(a, b, out=c)
         torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
-        row("tilus-tvm matmul()", benchmark_func(lambda: matmul(a, b, out=c), warmup=5, repeat=args.repeat))
+        row("tilus-tvm matmul()", benchmark_func(lambda: matmul(a, b, out=c), warmup=5, repeat=args.repeat),
+            f"splits={chosen}")
         if (m, n, k) == (4096, 4096, 4096):
             v0 = load_tutorial("04_matmul_v0").MatmulV0()
             row("seed MatmulV0", benchmark_func(lambda: v0(m, n, k, a, b, c), warmup=5, repeat=args.repeat))

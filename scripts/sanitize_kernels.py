@@ -1,5 +1,5 @@
 """Run every kernel family once on small, ragged shapes (the pipelined Matmul with 3 and 4 stages
-included); meant to be run under compute-sanitizer:
+and the split-K matmul with its workspace and semaphores included); meant to be run under compute-sanitizer:
 
     compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py
@@ -80,6 +80,19 @@ def main():
             z = torch.full((m, n), float("nan"), dtype=torch.float16, **cuda)
             Matmul(*config, b_layout=b_layout)(m, n, k, x, y.t().contiguous() if b_layout == "col" else y, z)
             check(f"pipelined Matmul {config} {b_layout} {m}x{n}x{k}", z, x.float() @ y.float())
+    from tilus_tvm.schedules.matmul_splitk import MatmulSplitK
+
+    for config, splits, (m, n, k) in (((16, 128, 64, 4, 4), 6, (37, 200, 777)),
+                                      ((32, 128, 64, 4, 3), 3, (5, 130, 1000))):
+        for b_layout in ("row", "col"):
+            x = torch.randn(m, k, dtype=torch.float16, **cuda) / math.sqrt(k)
+            y = torch.randn(k, n, dtype=torch.float16, **cuda) / math.sqrt(k)
+            kernel = MatmulSplitK(*config, splits=splits, b_layout=b_layout)
+            for launch in range(2):  # the second launch reuses the workspace and its semaphores
+                z = torch.full((m, n), float("nan"), dtype=torch.float16, **cuda)
+                kernel(m, n, k, x, y.t().contiguous() if b_layout == "col" else y, z)
+                check(f"split-K {config} splits={splits} {b_layout} {m}x{n}x{k} launch {launch}", z,
+                      x.float() @ y.float())
     torch.cuda.synchronize()
     print("all kernels ran")
 

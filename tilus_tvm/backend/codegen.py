@@ -133,13 +133,16 @@ def generate(func: Function, plan: SharedMemoryPlan, params: Optional[list[Param
              attrs: Optional[dict] = None) -> tirx.PrimFunc:
     """Generate the PrimFunc of ``func`` (layouts inferred, shared memory planned, ABI planned).
 
-    ``params`` is the argument order (default: the Script's, compile-time parameters left out);
-    ``attrs`` are extra function attributes.
+    ``params`` is the argument order (default: the Script's, compile-time parameters left out, then
+    the workspaces of ``self.global_tensor``); ``attrs`` are extra function attributes.
     """
+    from tilus_tvm.passes.kernel_abi import workspace_allocations
+
     thread_iv = tirx.IterVar(None, tirx.Var("threadIdx.x", "int32"), tirx.IterVar.ThreadIndex, "threadIdx.x")
     ctx = CodegenContext(func, plan, thread_iv.var)
     if params is None:
         params = [p for p in func.params if p.kind != "const"]
+        params += [inst.output.pointer for inst in workspace_allocations(func)]
     with IRBuilder() as ib:
         with Tb.prim_func():
             Tb.func_name(func.name)

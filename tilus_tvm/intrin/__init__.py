@@ -58,6 +58,8 @@ views of memory declared elsewhere, as the Script backend's views of its uint8 s
     emit_cp_async_commit_group() -> Call
     emit_cp_async_wait_group(n) -> Call
     emit_cp_async_wait_all() -> Call
+    emit_semaphore_wait(observed_buf, address, expected) -> Call        (semaphore.py: one thread's
+    emit_semaphore_release(address, value) -> [Call]                     acquire spin / fenced release)
 
 What TVM 0.27 offers and lacks, as used here: ``T.ptx_legacy.mma`` and ``T.cuda.mma_fill_legacy``
 take (pointer, offset) pairs, which ``LowerWarpMemory`` rewrites for warp buffers (the ``T.ptx``
@@ -81,6 +83,7 @@ from tilus_tvm.intrin.ldmatrix import emit_ldmatrix, ldmatrix_lane_offset, ldmat
 from tilus_tvm.intrin.mma import (emit_mma, emit_mma_fill, emit_mma_store, mma_fill_name, mma_name,
                                   mma_store_name)
 from tilus_tvm.intrin.registry import IntrinError, IntrinSpec, names, spec
+from tilus_tvm.intrin.semaphore import emit_semaphore_release, emit_semaphore_wait
 
 mma.register_all()
 ldmatrix.register_all()

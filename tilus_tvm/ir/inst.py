@@ -251,3 +251,34 @@ class LoadGlobalScalar(Instruction):
     buffer: Any
     src: GlobalTensor
     indices: tuple[Any, ...]
+
+
+@dataclass(eq=False)
+class AllocateGlobal(Instruction):
+    """A global-memory workspace owned by the kernel (``self.global_tensor``): ``output`` views a
+    buffer the runtime allocates on the launch device and passes as an extra argument, kept
+    between launches; zeroed when first allocated if ``requires_clean`` (the kernel then leaves it
+    zero when it ends)."""
+
+    output: GlobalTensor
+    requires_clean: bool
+
+
+@dataclass(eq=False)
+class LockSemaphore(Instruction):
+    """Wait until the int32 ``tensor[indices...]`` equals ``value`` (one thread spins with acquire
+    loads), then a block barrier."""
+
+    tensor: GlobalTensor
+    indices: tuple[Any, ...]
+    value: Any
+
+
+@dataclass(eq=False)
+class ReleaseSemaphore(Instruction):
+    """A block barrier, then one thread sets the int32 ``tensor[indices...]`` to ``value`` with a
+    release store after a fence, publishing the block's earlier global writes."""
+
+    tensor: GlobalTensor
+    indices: tuple[Any, ...]
+    value: Any

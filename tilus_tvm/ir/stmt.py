@@ -97,6 +97,7 @@ class Param:
     reads: bool = False  # the kernel loads through this pointer
     writes: bool = False  # the kernel stores through this pointer
     value: Any = None  # the constant for "const"
+    workspace: bool = False  # a pointer the runtime allocates (self.global_tensor), not a Script parameter
 
     @property
     def annotation(self) -> Any:
@@ -117,8 +118,9 @@ class Function:
     min_blocks_per_sm: Optional[int] = None  # occupancy the register allocation must leave room for
 
     def aligned(self, param: Param) -> bool:
-        """Whether vector accesses may assume ``param``'s data pointer is 16-byte aligned."""
-        return param.name in self.aligned_pointers
+        """Whether vector accesses may assume ``param``'s data pointer is 16-byte aligned (workspaces
+        are: the runtime passes whole torch allocations)."""
+        return param.workspace or param.name in self.aligned_pointers
 
     @property
     def num_threads(self) -> int:

@@ -28,6 +28,7 @@ from tilus_tvm.lang.instructions.debug import DebugInstructions
 from tilus_tvm.lang.instructions.dot_split import DotSplitInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
 from tilus_tvm.lang.instructions.scalar_memory import ScalarMemoryInstructions
+from tilus_tvm.lang.instructions.workspace import WorkspaceInstructions
 from tilus_tvm.target import MAX_GRID
 
 
@@ -147,7 +148,7 @@ class _ScriptState:
 
 
 class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, AssignInstructions,
-             ScalarMemoryInstructions, DebugInstructions, CudaHelpersMixin):
+             ScalarMemoryInstructions, DebugInstructions, CudaHelpersMixin, WorkspaceInstructions):
     """Base class of kernels (see the module docstring)."""
 
     _kernel_fn = None

@@ -57,10 +57,35 @@ class AbiParam:
 
 
 @dataclass(frozen=True)
+class WorkspaceSpec:
+    """A workspace (``self.global_tensor``): an extra tensor argument after the Script's parameters,
+    which the runtime allocates (see :mod:`tilus_tvm.runtime.workspace`).
+
+    ``numel`` is the element count as Python source over the Script's scalar parameter names
+    (``"((m_size + 15) // 16 * 32)"``), evaluated at each launch.
+    """
+
+    name: str
+    dtype: str
+    numel: str
+    requires_clean: bool
+
+    def to_json(self) -> list:
+        return [self.name, self.dtype, self.numel, self.requires_clean]
+
+    @staticmethod
+    def from_json(item: list) -> "WorkspaceSpec":
+        name, dtype, numel, requires_clean = item
+        return WorkspaceSpec(name, dtype, numel, requires_clean)
+
+
+@dataclass(frozen=True)
 class KernelABI:
-    """The compiled function's parameters in the Script's order (compile-time parameters excluded)."""
+    """The compiled function's parameters in the Script's order (compile-time parameters excluded),
+    followed by its workspaces (``workspaces``; not Script parameters: the runtime passes them)."""
 
     params: tuple[AbiParam, ...]
+    workspaces: tuple[WorkspaceSpec, ...] = ()
 
     @property
     def inputs(self) -> list[AbiParam]:
@@ -78,11 +103,17 @@ class KernelABI:
         """Destination-passing order: inputs, the scalars no shape gives, then outputs (``R.call_tir``)."""
         return self.inputs + [p for p in self.scalars if not p.from_shape] + self.outputs
 
-    def to_json(self) -> list:
-        return [p.to_json() for p in self.params]
+    def to_json(self) -> Any:
+        params = [p.to_json() for p in self.params]
+        if not self.workspaces:
+            return params
+        return {"params": params, "workspaces": [w.to_json() for w in self.workspaces]}
 
     @staticmethod
-    def from_json(items: list) -> "KernelABI":
+    def from_json(items: Any) -> "KernelABI":
+        if isinstance(items, dict):
+            return KernelABI(tuple(AbiParam.from_json(item) for item in items["params"]),
+                             tuple(WorkspaceSpec.from_json(item) for item in items["workspaces"]))
         return KernelABI(tuple(AbiParam.from_json(item) for item in items))
 
 
@@ -134,6 +165,10 @@ def plan_kernel_abi(func: Function) -> KernelABI:
             inst.src.pointer.reads = True
         elif isinstance(inst, ir.StoreGlobal):
             inst.dst.pointer.writes = True
+        elif isinstance(inst, ir.LockSemaphore):
+            inst.tensor.pointer.reads = True
+        elif isinstance(inst, ir.ReleaseSemaphore):
+            inst.tensor.pointer.writes = True
     scalar_vars = [p.var for p in func.params if p.kind == "scalar"]
     names = {p.var.name: p.name for p in func.params if p.kind == "scalar"}
     tensors, dims = {}, set()
@@ -152,11 +187,51 @@ def plan_kernel_abi(func: Function) -> KernelABI:
             abi.append(AbiParam(param.name, "scalar", param.dtype.name, from_shape=param.var.name in dims))
         elif param.kind == "pointer":
             abi.append(tensors[param.name])
-    return KernelABI(tuple(abi))
+    return KernelABI(tuple(abi), _plan_workspaces(func, scalar_vars, names))
+
+
+def workspace_allocations(func: Function) -> list[ir.AllocateGlobal]:
+    """The kernel's ``self.global_tensor`` allocations, in program order (their parameters follow
+    the Script's in the compiled function)."""
+    return [inst for inst in instructions(func.body) if isinstance(inst, ir.AllocateGlobal)]
+
+
+def _plan_workspaces(func: Function, scalar_vars: list, names: dict[str, str]) -> tuple[WorkspaceSpec, ...]:
+    """Each workspace's element count as host-side Python over the scalar parameters; workspace
+    parameters are renamed where they would clash with a Script parameter."""
+    import math
+
+    from tvm import tirx
+
+    taken = {p.name for p in func.params}
+    specs = []
+    for inst in workspace_allocations(func):
+        tensor = inst.output
+        param = tensor.pointer
+        while param.name in taken:
+            param.name += "_"
+        taken.add(param.name)
+        numel = math.prod(tensor.shape)
+        if not _uses_only(numel, scalar_vars):
+            numel = func.analyzer().simplify(numel)  # immutable kernel scalars (`n: int32 = ...`) substituted
+        if not _uses_only(numel, scalar_vars):
+            unknown = sorted({v.name for v in tirx.analysis.undefined_vars(numel)
+                              if not any(v.same_as(a) for a in scalar_vars)})
+            raise CompileError(f"kernel {func.name}: global_tensor {tensor.name} has shape {list(tensor.shape)}, "
+                               f"which depends on {', '.join(unknown)}; a workspace's shape may only use ints and "
+                               f"the kernel's run-time scalar parameters (the runtime allocates it before the "
+                               f"launch)")
+        specs.append(WorkspaceSpec(param.name, tensor.dtype.name, python_source(numel, names), inst.requires_clean))
+    return tuple(specs)
 
 
 def check_dps(func: Function, abi: KernelABI) -> None:
-    """Destination passing needs outputs the kernel only writes, each with a shape."""
+    """Destination passing needs outputs the kernel only writes, each with a shape, and no workspace."""
+    if abi.workspaces:
+        raise CompileError(f"kernel {func.name} allocates a workspace with self.global_tensor "
+                           f"({', '.join(w.name for w in abi.workspaces)}), which must persist between launches; "
+                           f"the destination-passing form (R.call_tir, MetaSchedule tuning) cannot provide one, so "
+                           f"launch this kernel on torch tensors instead")
     if not abi.outputs:
         raise CompileError(f"kernel {func.name} writes no tensor, so it has no destination-passing form "
                            f"(R.call_tir needs at least one output)")

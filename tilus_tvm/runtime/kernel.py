@@ -59,6 +59,7 @@ class CompiledKernel:
     _grid: Any = field(default=None, repr=False)
     _launcher: Any = field(default=None, repr=False)  # launcher.make_launcher's, False when it has none
     _table: Optional[LaunchTable] = field(default=None, repr=False)  # for calls of the kernel itself
+    _workspaces: Any = field(default=None, repr=False)  # runtime.workspace.WorkspacePool, when it has workspaces
 
     @property
     def target(self):
@@ -150,8 +151,18 @@ class CompiledKernel:
     def launcher(self):
         """The generated fast launcher (:mod:`tilus_tvm.runtime.launcher`), or None when it has none."""
         if self._launcher is None:
-            self._launcher = make_launcher(self.specs, self.abi.params, self.grid_source, self.function()) or False
+            self._launcher = make_launcher(self.specs, self.abi.params, self.grid_source, self.function(),
+                                           self.workspaces()) or False
         return self._launcher or None
+
+    def workspaces(self):
+        """The :class:`~tilus_tvm.runtime.workspace.WorkspacePool` of the kernel's ``self.global_tensor``
+        workspaces (None when it has none); ``.clear()`` drops them."""
+        if self._workspaces is None and self.abi.workspaces:
+            from tilus_tvm.runtime.workspace import WorkspacePool
+
+            self._workspaces = WorkspacePool(self.abi.workspaces, self.display_name)
+        return self._workspaces
 
     def __call__(self, *args: Any) -> None:
         if self._table is not None:
@@ -187,6 +198,11 @@ class CompiledKernel:
         if 0 in grid:
             return  # nothing to do, and CUDA rejects an empty grid
         args = self.call_args(bound)
+        pool = self.workspaces()
+        if pool is not None:
+            scalar_names = [spec.name for spec in self.specs if spec.kind == "scalar"]
+            device = -1 if bound.device is None else bound.device  # None: arguments bound without a GPU (tests)
+            args += pool.tensors_for(device, dict(zip(scalar_names, bound.scalars)))
         function = self.function()
         for _ in range(len(args) + 1):
             try:
@@ -217,8 +233,11 @@ class CompiledKernel:
 
     def _repair(self, index: int, value: Any, bound: "arguments.BoundArguments", exc: Exception) -> Any:
         """What to pass instead of argument ``index`` that the compiled function refused, or a LaunchError."""
-        param = self.abi.params[index]
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if index >= len(self.abi.params):  # a workspace: allocated here, so refusing it is a bug
+            raise LaunchError(f"{self.display_name}: the compiled function refused its workspace "
+                              f"{self.abi.workspaces[index - len(self.abi.params)].name}: {reason}") from exc
+        param = self.abi.params[index]
         where = f"{self.display_name}: argument {param.name}"
         if param.kind != "tensor" or param.shape is None:
             raise LaunchError(f"{where} was refused by the compiled function: {reason}") from exc

@@ -15,7 +15,10 @@ a torch CUDA tensor argument it asks torch's DLPack exchange API for the current
 tensor's device and makes it the environment stream for the call, which TVM's CUDA launch uses
 (``TVMFFIPyArgSetterDLPackExchangeAPI_`` in tvm_ffi's ``cython/function.pxi``; the setter for a
 torch without that API asks ``torch._C._cuda_getCurrentRawStream``). A kernel with no tensor
-parameter gets no launcher, since nothing would carry the stream.
+parameter gets no launcher, since nothing would carry the stream. A kernel with workspaces
+(``self.global_tensor``) passes them last, from its :class:`~tilus_tvm.runtime.workspace.WorkspacePool`;
+the launcher only looks them up (the careful path allocates), so other kernels' launchers are
+unchanged.
 
 Whatever is unusual -- a key not in the table, a refused check, an exception from the compiled
 function -- raises, and the caller takes the careful path (:func:`arguments.bind`, then
@@ -135,10 +138,35 @@ def _literal(text: str) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def launcher_source(specs: list[ParamSpec], abi_params: tuple, grid_source: str) -> Optional[str]:
+def _renamed(source: str, names: dict[str, str]) -> str:
+    """``source`` (a Python expression) with the variables in ``names`` renamed."""
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.Name:  # noqa: N802 - ast's spelling
+            return ast.copy_location(ast.Name(names.get(node.id, node.id), node.ctx), node)
+
+    return ast.unparse(Rename().visit(ast.parse(source, mode="eval")))
+
+
+def workspace_lines(specs: list[ParamSpec], workspaces: tuple) -> tuple[list[str], list[str]]:
+    """Launcher lines that fetch each workspace (``ws<i>``: device index -> tensor, the pool's) for the
+    device of the first tensor argument, refusing when it is missing or too small; and the names to pass."""
+    names = argument_names(specs)
+    scalar_names = {spec.name: name for name, spec in zip(names, specs) if spec.kind == "scalar"}
+    first_tensor = next(name for name, spec in zip(names, specs) if spec.kind == "pointer")
+    lines = [f"d = {first_tensor}.get_device()"]
+    for i, workspace in enumerate(workspaces):
+        lines.append(f"w{i} = ws{i}.get(d)")
+        lines.append(f"if w{i} is None or w{i}.numel() < {_renamed(workspace.numel, scalar_names)}: raise Refused")
+    return lines, [f"w{i}" for i in range(len(workspaces))]
+
+
+def launcher_source(specs: list[ParamSpec], abi_params: tuple, grid_source: str,
+                    workspaces: tuple = ()) -> Optional[str]:
     """Source of ``make_launcher(function)`` for one specialisation, or None when it gets none: no
     tensor parameter to carry the stream, a grid that is always empty or too large, or ``abi_params``
-    that are not the run-time parameters of ``specs`` in order."""
+    that are not the run-time parameters of ``specs`` in order. ``workspaces`` (the kernel ABI's
+    ``WorkspaceSpec`` objects) are passed after the parameters, from the pool the launcher is made with."""
     names = argument_names(specs)
     runtime = [(name, spec) for name, spec in zip(names, specs) if spec.kind != "const"]
     if [spec.name for _, spec in runtime] != [param.name for param in abi_params]:
@@ -168,6 +196,10 @@ def launcher_source(specs: list[ParamSpec], abi_params: tuple, grid_source: str)
         call.append(name if param.shape is not None else f"({name} if {name}.dim() == 1 else flat_view({name}))")
     if sized:
         body.append(f"if {' or '.join(sized)}: raise Refused")
+    if workspaces:
+        lines, passed = workspace_lines(specs, tuple(workspaces))
+        body += lines
+        call += passed
     body.append(f"function({', '.join(call)})")
     return ("def make_launcher(function):\n"
             f"    def launch({', '.join(names)}):\n"
@@ -176,10 +208,13 @@ def launcher_source(specs: list[ParamSpec], abi_params: tuple, grid_source: str)
 
 
 def make_launcher(specs: list[ParamSpec], abi_params: tuple, grid_source: str,
-                  function: Callable) -> Optional[Callable]:
-    """The launcher of one compiled specialisation (see the module docstring), or None."""
-    source = launcher_source(specs, abi_params, grid_source)
+                  function: Callable, workspaces: Any = None) -> Optional[Callable]:
+    """The launcher of one compiled specialisation (see the module docstring), or None.
+    ``workspaces``: the kernel's :class:`~tilus_tvm.runtime.workspace.WorkspacePool`, if it has any."""
+    source = launcher_source(specs, abi_params, grid_source, workspaces.specs if workspaces is not None else ())
     if source is None:
         return None
     namespace = {"Refused": Refused, "flat_view": flat_view}
+    if workspaces is not None:
+        namespace.update({f"ws{i}": tensors for i, tensors in enumerate(workspaces.tensors)})
     return _define(source, "make_launcher", namespace)(function)

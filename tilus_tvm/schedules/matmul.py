@@ -126,12 +126,14 @@ class Matmul(tilus.Script):
         return stage_tile.transpose() if self.b_layout == "col" else stage_tile
 
 
-def matmul(a: Any, b: Any, out: Optional[Any] = None) -> Any:
+def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = None) -> Any:
     """``a @ b`` for float16 or bfloat16 CUDA tensors ``a`` [m, k] and ``b`` [k, n], into ``out`` (new if None).
 
     ``b`` may be row-major or the transpose of a row-major [n, k] tensor (``w.t()``, as in
     ``x @ w.t()``); other strides are made contiguous first. The configuration comes from a small
-    table by ``m`` (measured on an H100; see ``scripts/bench_matmul.py``).
+    table by ``m`` (measured on an H100; see ``scripts/bench_matmul.py``). For few rows and a long
+    k, k is split over blocks (:class:`~tilus_tvm.schedules.matmul_splitk.MatmulSplitK`, chosen by
+    ``choose_splits``); ``splits`` overrides the choice (1: never split).
     """
     import torch
 
@@ -149,8 +151,17 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None) -> Any:
     column_major = b.stride() == (1, k) and not b.is_contiguous()
     b_layout = "col" if column_major else "row"
     b_arg = b.t() if column_major else b.contiguous()
-    hopper = a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9
-    kernel_for(m, a.dtype, b_layout, hopper)(m, n, k, a.contiguous(), b_arg, out)
+    from tilus_tvm.schedules import matmul_splitk
+
+    if splits is None:
+        splits = matmul_splitk.choose_splits(m, n, k, matmul_splitk.sm_count(a.device.index)) if a.is_cuda else 1
+    elif isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
+        raise LaunchError(f"matmul: splits must be a positive int or None, got {splits!r}")
+    if splits > 1:
+        kernel = matmul_splitk.split_k_kernel(m, splits, a.dtype, b_layout)
+    else:
+        kernel = kernel_for(m, a.dtype, b_layout, a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9)
+    kernel(m, n, k, a.contiguous(), b_arg, out)
     return out
 
 

@@ -25,7 +25,7 @@ def _compile(kind, hidden, dtype, rows=10):
 
 @pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("hidden,dtype", [(4096, torch.float16), (8192, torch.float16), (8192, torch.bfloat16),
-                                          (5120, torch.float32), (1000, torch.float16)])
+                                          (5120, torch.float32), (1000, torch.float16), (32768, torch.float16)])
 def test_norms_read_x_once_with_16_byte_vectors_and_no_spills(kind, hidden, dtype):
     """Every global access of x, the parameters and y is one 16-byte vector; x is read once (so
     ld.global.v4 = vectors of x + vectors of each parameter); the row sums take one shared-memory
@@ -56,6 +56,7 @@ def test_norm_config_by_shape():
     assert short.threads_per_row == 32 and short.rows_per_block == 4
     assert norm_kernel_for("rms_norm", 4096, float16) is norm_kernel_for("rms_norm", 4096, float16)
     assert row_config(4096, 32).values_per_thread == 16
+    assert norm_kernel_for("rms_norm", 32768, float16).config.threads_per_row == 1024  # x and w: 64 bytes each
 
 
 def test_norm_errors():

@@ -102,6 +102,9 @@ class RMSNorm(tilus.Script):
 
 
 _KERNELS: dict = {}
+# A thread holds its share of x and of the weight (whose loads the compiler issues early): past 64
+# bytes of x per thread, rows take 1024 threads rather than more registers.
+NORM_MAX_BYTES_PER_THREAD = 64
 
 
 def norm_kernel_for(kind: str, hidden: int, dtype: Any, affine: bool = True) -> tilus.Script:
@@ -115,7 +118,7 @@ def norm_kernel_for(kind: str, hidden: int, dtype: Any, affine: bool = True) -> 
     if kind not in ("layer_norm", "rms_norm"):
         raise ScriptError(f"norm_kernel_for: kind must be 'layer_norm' or 'rms_norm', got {kind!r}")
     dtype = as_dtype(dtype)
-    config = row_config(hidden, dtype.nbits)
+    config = row_config(hidden, dtype.nbits, NORM_MAX_BYTES_PER_THREAD)
     key = (kind, config, dtype.name, bool(affine))
     if key not in _KERNELS:
         args = (config.block_n, config.warps, dtype)

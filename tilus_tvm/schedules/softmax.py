@@ -92,10 +92,10 @@ class RowConfig:
         return max(1, 1024 // (32 * self.warps))
 
 
-def row_config(n: int, dtype_bits: int) -> RowConfig:
+def row_config(n: int, dtype_bits: int, max_bytes_per_thread: int = MAX_ROW_BYTES_PER_THREAD) -> RowConfig:
     """The :class:`RowConfig` for rows of ``n`` values: threads per row the power of two that gives each
     thread at most ``TARGET_ROW_BYTES_PER_THREAD`` bytes (from one 16-byte vector each, at most a
-    warp, up to 512 threads; 1024 only past ``MAX_ROW_BYTES_PER_THREAD``), and enough rows per block
+    warp, up to 512 threads; 1024 only past ``max_bytes_per_thread``), and enough rows per block
     for ``MIN_BLOCK_THREADS`` threads.
 
     >>> row_config(4096, 16), row_config(1024, 16).rows_per_block, row_config(32768, 16).values_per_thread
@@ -110,7 +110,7 @@ def row_config(n: int, dtype_bits: int) -> RowConfig:
         threads *= 2
     while threads < 512 and row_bytes > threads * TARGET_ROW_BYTES_PER_THREAD:
         threads *= 2
-    if row_bytes > threads * MAX_ROW_BYTES_PER_THREAD:
+    if row_bytes > threads * max_bytes_per_thread:
         threads = 1024
     unit = threads * vector
     block_n = -(-n // unit) * unit

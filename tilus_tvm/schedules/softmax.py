@@ -12,7 +12,8 @@ compile-time constant (a kernel per row length), which lets every access use 16-
 - ``OnlineSoftmax``: for longer rows. Pass 1 walks the row in chunks of ``chunk`` columns keeping,
   per register slot, a running maximum ``m`` and a running sum ``s`` rescaled whenever ``m`` grows
   (``s = s * exp2(m - m') + exp2(x - m')``); the slots are combined once at the end. Pass 2
-  re-reads the chunks (mostly from L2) and writes ``exp2(x * log2(e) - M) / S``. Two reads, one write.
+  re-reads the chunks (mostly from L2) and writes ``exp2(x * log2(e) - M) / S``. Two reads, one
+  write; both passes load the next chunk while computing on the current one.
 
     y = softmax(x)            # any shape, dim=-1 (or another dim: moved last, made contiguous)
 """
@@ -184,8 +185,12 @@ class OnlineSoftmax(tilus.Script):
         cols = self.register_tensor(dtype=int32, shape=[1, chunk], init=lambda r, c: c)
         m = self.register_tensor(dtype=float32, shape=[1, chunk], init=M_INIT)
         s = self.register_tensor(dtype=float32, shape=[1, chunk], init=0.0)
+        # each pass loads chunk c + 1 while it computes on chunk c (the load past the last chunk is
+        # masked off entirely: it reads nothing)
+        x_next = self.load_global(gx, offsets=[row, 0], shape=[1, chunk])
         for c in range(num_chunks):  # pass 1: running maximum and sum per register slot
-            x = self.load_global(gx, offsets=[row, c * chunk], shape=[1, chunk]).to(float32) * LOG2E
+            x = x_next.to(float32) * LOG2E
+            x_next = self.load_global(gx, offsets=[row, (c + 1) * chunk], shape=[1, chunk])
             if n % chunk != 0:
                 x = self.where(cols < n - c * chunk, x, NEG_INF)
             m_new = self.maximum(m, x)
@@ -194,9 +199,11 @@ class OnlineSoftmax(tilus.Script):
         m_row = self.max(m, dim=1, keepdim=True)
         s_row = self.sum(s * self.exp2(m - m_row), dim=1, keepdim=True)
         inv_s = 1.0 / s_row
+        x_next = self.load_global(gx, offsets=[row, 0], shape=[1, chunk])
         for c2 in range(num_chunks):  # pass 2: normalise and write
-            x2 = self.load_global(gx, offsets=[row, c2 * chunk], shape=[1, chunk]).to(float32)
-            self.store_global(gy, self.exp2(x2 * LOG2E - m_row) * inv_s, offsets=[row, c2 * chunk])
+            x2 = x_next.to(float32) * LOG2E
+            x_next = self.load_global(gx, offsets=[row, (c2 + 1) * chunk], shape=[1, chunk])
+            self.store_global(gy, self.exp2(x2 - m_row) * inv_s, offsets=[row, c2 * chunk])
 
 
 _KERNELS: dict = {}

@@ -23,6 +23,8 @@ LAYOUTS = [
     (spatial(4, 64).local(2, 1), 0),  # columns over the warps, no lane bits
     (register_layout([4, 64], [4, 64], [0, -2, 1], []), 1),  # replicated over 2 threads
     (spatial(2, 3, 32), 2),  # the reduced digits are a power of two even if other digits are not
+    (spatial(8, 32).local(1, 4), 0),  # columns over 8 warps, four outputs per thread
+    (local(4, 1).spatial(8, 16).local(1, 8), 0),  # lane bit 4 and warp bits, eight outputs per thread
 ]
 
 
@@ -44,11 +46,12 @@ def simulate(layout, dim, seed=0):
             if plan.is_writer(t) and layout.replica_of(t) == 0:
                 for j in range(num_out):
                     position = _ravel(out_layout.logical(t, j), out_layout.shape)
-                    key = position * plan.partials + plan.partial_index(t)
+                    key = plan.scratch_index(position, plan.partial_index(t), out_layout.size)
                     assert key not in scratch or scratch[key] == acc[t][j], "two writers disagree"
                     scratch[key] = acc[t][j]
         assert sorted(scratch) == list(range(plan.partials * out_layout.size)), "scratch not filled exactly"
-        acc = {t: [sum(scratch[_ravel(out_layout.logical(t, j), out_layout.shape) * plan.partials + p]
+        acc = {t: [sum(scratch[plan.scratch_index(_ravel(out_layout.logical(t, j), out_layout.shape), p,
+                                                  out_layout.size)]
                        for p in range(plan.partials)) for j in range(num_out)] for t in threads}
     expected = {}
     for idx, v in values.items():
@@ -88,6 +91,7 @@ def test_thread_reduction_splits_lane_and_warp_bits():
     plan = thread_reduction(spatial(16, 16), 0)
     assert plan.lane_masks == (16,) and plan.warp_pieces == ((32, 8),)
     assert thread_reduction(spatial(8, 32), 1).warp_pieces == ()
+    assert thread_reduction(spatial(8, 32).local(1, 4), 0).outputs_per_thread == 4
     assert thread_reduction(spatial(3, 64), 0) is None  # a digit of size 3: every thread's partial via shared
 
 

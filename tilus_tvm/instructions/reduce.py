@@ -49,13 +49,15 @@ class ThreadReduction:
 
     ``lane_masks``: the ``__shfl_xor_sync`` masks that combine the lanes of a warp (bits below 5).
     ``warp_pieces``: (thread stride, size) of the digits above the warp (bits 5 and up); their
-    product ``partials`` is how many warp partials one output element has. The functions below are
-    generic over Python ints and TIR expressions, so the plan can be checked by simulation.
+    product ``partials`` is how many warp partials one output element has. ``outputs_per_thread``:
+    the output elements each thread holds. The functions below are generic over Python ints and
+    TIR expressions, so the plan can be checked by simulation.
     """
 
     lane_masks: tuple[int, ...]
     warp_pieces: tuple[tuple[int, int], ...]
     lane_pieces: tuple[tuple[int, int], ...]  # (thread stride, size) of the within-warp digits
+    outputs_per_thread: int = 1
 
     @property
     def partials(self) -> int:
@@ -65,6 +67,15 @@ class ThreadReduction:
         """Which of the ``partials`` warp partials of its output element ``thread`` holds."""
         return row_major_ravel([(thread // stride) % size for stride, size in self.warp_pieces],
                                [size for _, size in self.warp_pieces])
+
+    def scratch_index(self, position: Any, part: Any, out_size: int) -> Any:
+        """Where partial ``part`` of output element ``position`` (row-major in the output's shape) lives
+        in the scratch area: with one output per thread, the partials of an output side by side (a
+        thread reads them as vectors); else one block of the output per partial (a thread's
+        consecutive outputs are written and read as vectors)."""
+        if self.outputs_per_thread == 1:
+            return position * self.partials + part
+        return part * out_size + position
 
     def is_writer(self, thread: Any) -> Any:
         """Whether ``thread`` is the lane of its warp group that writes the group's partial (the one
@@ -91,7 +102,8 @@ def thread_reduction(layout: RegisterLayout, dim: int) -> Optional[ThreadReducti
         if stride * size > WARP_SIZE:
             warp_stride = max(stride, WARP_SIZE)
             warp_pieces.append((warp_stride, stride * size // warp_stride))
-    return ThreadReduction(tuple(masks), tuple(warp_pieces), tuple(lane_pieces))
+    _, outputs_per_thread = _reduce_groups(layout, dim)
+    return ThreadReduction(tuple(masks), tuple(warp_pieces), tuple(lane_pieces), outputs_per_thread)
 
 
 def reduce_partial_groups(layout: RegisterLayout, dim: int) -> int:
@@ -156,7 +168,7 @@ def emit_reduce(ctx: CodegenContext, inst: ir.Reduce) -> None:
 
 def _combine_warps(ctx: CodegenContext, inst: ir.Reduce, plan: ThreadReduction, num_out: int) -> None:
     """One lane per warp group writes its partial; every thread then combines the ``plan.partials``
-    partials of each of its outputs, stored contiguously (``scratch[position * partials + part]``)."""
+    partials of each of its outputs (placed by :meth:`ThreadReduction.scratch_index`)."""
     x, out = inst.x, inst.output
     combine = REDUCE_COMBINE[inst.op]
     dst = ctx.reg(out)
@@ -170,13 +182,13 @@ def _combine_warps(ctx: CodegenContext, inst: ir.Reduce, plan: ThreadReduction, 
     with ctx.guarded(writer):
         with Tb.unroll(0, num_out) as j:
             position = row_major_linear(ctx.logical(out.layout, j), out.shape)
-            Tb.buffer_store(scratch, dst[j], [position * partials + part])
+            Tb.buffer_store(scratch, dst[j], [plan.scratch_index(position, part, out.size)])
     sync_threads()
     with Tb.unroll(0, num_out) as j:
         position = row_major_linear(ctx.logical(out.layout, j), out.shape)
-        acc = scratch[position * partials]
+        acc = scratch[plan.scratch_index(position, 0, out.size)]
         for p in range(1, partials):
-            acc = combine(acc, scratch[position * partials + p])
+            acc = combine(acc, scratch[plan.scratch_index(position, p, out.size)])
         Tb.buffer_store(dst, acc, [j])
     sync_threads()
 

@@ -8,9 +8,9 @@ element) when they sit at power-of-two strides across warps; else one partial re
 
 Emitter: per thread first, then across threads. Power-of-two thread strides (the usual case): the
 lanes of a warp combine with ``__shfl_xor_sync``, then, when the row spans several warps, one
-lane per warp writes its partial to shared memory and every thread combines the warps' partials
-(stored contiguously per output element, so they are read with vector loads). Otherwise every
-thread's partial goes through shared memory.
+lane per warp writes its partial to shared memory (three barriers) and every thread combines the
+warps' partials, placed so that it reads them with vector loads. Otherwise every thread's partial
+goes through shared memory.
 """
 from __future__ import annotations
 

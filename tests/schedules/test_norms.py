@@ -82,9 +82,14 @@ def test_norm_errors():
         norm_kernel_for("batch_norm", 64, float16)
 
 
+# every float16 row shape (one row per warp or several, one to 32 warps per row, padded or not),
+# and each other dtype at a padded and an unpadded one; 123 rows (not a multiple of rows per block)
+NORM_CASES = ([(torch.float16, h) for h in (1, 64, 1000, 4096, 5120, 8192, 12288, 32768)]
+              + [(torch.bfloat16, 1000), (torch.bfloat16, 8192), (torch.float32, 64), (torch.float32, 5120)])
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("hidden", [1, 64, 1000, 4096, 5120, 8192, 12288])
+@pytest.mark.parametrize("dtype,hidden", NORM_CASES)
 def test_norms_match_torch(dtype, hidden):
     torch.manual_seed(hidden)
     x = (torch.randn(3, 41, hidden, device="cuda") * 3 + 1).to(dtype)

@@ -3,14 +3,19 @@
 Layout rule: the output's layout is the input's reduced over the dimension
 (:func:`tilus_tvm.layout.register_ops.reduce`): the threads that held parts of one row become
 replicas of its result. Scratch: none when the threads that hold parts of a row sit in one warp
-at power-of-two lane strides (butterfly shuffles), else one partial result per such thread
-group in shared memory.
+at power-of-two lane strides (butterfly shuffles); one partial result per warp (per output
+element) when they sit at power-of-two strides across warps; else one partial result per thread.
 
-Emitter: per thread first, then across threads with ``__shfl_xor_sync`` or through shared memory.
+Emitter: per thread first, then across threads. Power-of-two thread strides (the usual case): the
+lanes of a warp combine with ``__shfl_xor_sync``, then, when the row spans several warps, one
+lane per warp writes its partial to shared memory (three barriers) and every thread combines the
+warps' partials, placed so that it reads them with vector loads. Otherwise every thread's partial
+goes through shared memory.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from tvm import tirx
@@ -34,16 +39,71 @@ def dim_spatial_positions(layout: RegisterLayout, dim: int) -> list[int]:
     return [p for p, entry in enumerate(layout.spatial_modes) if entry >= 0 and entry in dim_modes]
 
 
-def reduce_shuffle_lanes(layout: RegisterLayout, dim: int) -> Optional[list[tuple[int, int]]]:
-    """The (thread stride, size) of each spatial mode of ``dim`` when all of them can be combined with
-    butterfly warp shuffles (power-of-two sizes and strides, within one warp); None otherwise."""
-    lanes = []
+WARP_SIZE = 32
+
+
+@dataclass(frozen=True)
+class ThreadReduction:
+    """How the threads that hold parts of one output element combine, when all the thread-id digits
+    of the reduced dimension have power-of-two sizes and strides (so they are thread-id bits).
+
+    ``lane_masks``: the ``__shfl_xor_sync`` masks that combine the lanes of a warp (bits below 5).
+    ``warp_pieces``: (thread stride, size) of the digits above the warp (bits 5 and up); their
+    product ``partials`` is how many warp partials one output element has. ``outputs_per_thread``:
+    the output elements each thread holds. The functions below are generic over Python ints and
+    TIR expressions, so the plan can be checked by simulation.
+    """
+
+    lane_masks: tuple[int, ...]
+    warp_pieces: tuple[tuple[int, int], ...]
+    lane_pieces: tuple[tuple[int, int], ...]  # (thread stride, size) of the within-warp digits
+    outputs_per_thread: int = 1
+
+    @property
+    def partials(self) -> int:
+        return math.prod(size for _, size in self.warp_pieces)
+
+    def partial_index(self, thread: Any) -> Any:
+        """Which of the ``partials`` warp partials of its output element ``thread`` holds."""
+        return row_major_ravel([(thread // stride) % size for stride, size in self.warp_pieces],
+                               [size for _, size in self.warp_pieces])
+
+    def scratch_index(self, position: Any, part: Any, out_size: int) -> Any:
+        """Where partial ``part`` of output element ``position`` (row-major in the output's shape) lives
+        in the scratch area: with one output per thread, the partials of an output side by side (a
+        thread reads them as vectors); else one block of the output per partial (a thread's
+        consecutive outputs are written and read as vectors)."""
+        if self.outputs_per_thread == 1:
+            return position * self.partials + part
+        return part * out_size + position
+
+    def is_writer(self, thread: Any) -> Any:
+        """Whether ``thread`` is the lane of its warp group that writes the group's partial (the one
+        whose within-warp digits of the dimension are all 0)."""
+        return row_major_ravel([(thread // stride) % size for stride, size in self.lane_pieces],
+                               [size for _, size in self.lane_pieces]) == 0
+
+
+def thread_reduction(layout: RegisterLayout, dim: int) -> Optional[ThreadReduction]:
+    """The :class:`ThreadReduction` of a reduction over ``dim``, or None when some thread-id digit of
+    ``dim`` has a size or stride that is not a power of two."""
+    masks, warp_pieces, lane_pieces = [], [], []
     for p in dim_spatial_positions(layout, dim):
         stride, size = math.prod(layout.spatial_shape[p + 1:]), layout.spatial_shape[p]
-        if size & (size - 1) or stride & (stride - 1) or stride * size > 32:
+        if size & (size - 1) or stride & (stride - 1):
             return None
-        lanes.append((stride, size))
-    return lanes
+        lane_end = min(stride * size, WARP_SIZE)
+        if stride < lane_end:
+            lane_pieces.append((stride, lane_end // stride))
+            mask = stride
+            while mask < lane_end:
+                masks.append(mask)
+                mask *= 2
+        if stride * size > WARP_SIZE:
+            warp_stride = max(stride, WARP_SIZE)
+            warp_pieces.append((warp_stride, stride * size // warp_stride))
+    _, outputs_per_thread = _reduce_groups(layout, dim)
+    return ThreadReduction(tuple(masks), tuple(warp_pieces), tuple(lane_pieces), outputs_per_thread)
 
 
 def reduce_partial_groups(layout: RegisterLayout, dim: int) -> int:
@@ -52,8 +112,9 @@ def reduce_partial_groups(layout: RegisterLayout, dim: int) -> int:
 
 
 def reduce_scratch_bytes(inst: ir.Reduce) -> int:
-    if reduce_shuffle_lanes(inst.x.layout, inst.dim) is not None:
-        return 0
+    plan = thread_reduction(inst.x.layout, inst.dim)
+    if plan is not None:
+        return inst.x.dtype.storage_bytes(plan.partials * inst.output.size) if plan.warp_pieces else 0
     return inst.x.dtype.storage_bytes(reduce_partial_groups(inst.x.layout, inst.dim) * inst.output.size)
 
 
@@ -82,8 +143,9 @@ def _shuffle_xor(value, lane_mask: int):
 
 
 def emit_reduce(ctx: CodegenContext, inst: ir.Reduce) -> None:
-    """Per thread, then across the threads that hold parts of one output row: with butterfly warp
-    shuffles when those threads sit in one warp at power-of-two strides, else through shared memory."""
+    """Per thread, then across the threads that hold parts of one output row: butterfly warp shuffles,
+    then (rows spanning several warps) one round through shared memory; without power-of-two thread
+    strides, every thread's partial goes through shared memory."""
     x, out = inst.x, inst.output
     combine = REDUCE_COMBINE[inst.op]
     src, dst = ctx.reg(x), ctx.reg(out)
@@ -93,16 +155,42 @@ def emit_reduce(ctx: CodegenContext, inst: ir.Reduce) -> None:
         for s in slots[1:]:
             acc = combine(acc, src[s])
         Tb.buffer_store(dst, acc, [j])
-    lanes = reduce_shuffle_lanes(x.layout, inst.dim)
-    if lanes is not None:
-        for stride, size in lanes:
-            mask = stride
-            while mask < stride * size:
-                with Tb.unroll(0, num_out) as j:
-                    Tb.buffer_store(dst, combine(dst[j], _shuffle_xor(dst[j], mask)), [j])
-                mask *= 2
+    plan = thread_reduction(x.layout, inst.dim)
+    if plan is None:
+        _reduce_through_shared(ctx, inst, num_out)
         return
-    _reduce_through_shared(ctx, inst, num_out)
+    for mask in plan.lane_masks:
+        with Tb.unroll(0, num_out) as j:
+            Tb.buffer_store(dst, combine(dst[j], _shuffle_xor(dst[j], mask)), [j])
+    if plan.warp_pieces:
+        _combine_warps(ctx, inst, plan, num_out)
+
+
+def _combine_warps(ctx: CodegenContext, inst: ir.Reduce, plan: ThreadReduction, num_out: int) -> None:
+    """One lane per warp group writes its partial; every thread then combines the ``plan.partials``
+    partials of each of its outputs (placed by :meth:`ThreadReduction.scratch_index`)."""
+    x, out = inst.x, inst.output
+    combine = REDUCE_COMBINE[inst.op]
+    dst = ctx.reg(out)
+    partials = plan.partials
+    scratch = ctx.shared_view(ctx.plan.offset_of(inst), x.dtype, partials * out.size, f"{out.name}_partials")
+    writer = ctx.owner_condition(x.layout)
+    if plan.lane_pieces:
+        writer = tirx.And(writer, plan.is_writer(ctx.tx))
+    part = plan.partial_index(ctx.tx)
+    sync_threads()
+    with ctx.guarded(writer):
+        with Tb.unroll(0, num_out) as j:
+            position = row_major_linear(ctx.logical(out.layout, j), out.shape)
+            Tb.buffer_store(scratch, dst[j], [plan.scratch_index(position, part, out.size)])
+    sync_threads()
+    with Tb.unroll(0, num_out) as j:
+        position = row_major_linear(ctx.logical(out.layout, j), out.shape)
+        acc = scratch[plan.scratch_index(position, 0, out.size)]
+        for p in range(1, partials):
+            acc = combine(acc, scratch[plan.scratch_index(position, p, out.size)])
+        Tb.buffer_store(dst, acc, [j])
+    sync_threads()
 
 
 def _reduce_through_shared(ctx: CodegenContext, inst: ir.Reduce, num_out: int) -> None:

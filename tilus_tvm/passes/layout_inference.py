@@ -7,7 +7,9 @@ only runs them, in four steps:
    picks an mma tiling, so tiles loaded for a dot are loaded straight into fragment layout).
 2. ``propagate``: layouts flow through instructions, both ways, until nothing changes.
 3. A tensor still without a layout (a load or an allocation nothing constrains) gets the default
-   coalesced layout; step 2 runs again after each such choice.
+   coalesced layout; step 2 runs again after each such choice. Loads from memory choose first,
+   the narrowest dtype first: their layout sets the width of their vector accesses (8 float16
+   per 16-byte vector, against 4 float32), and tensors combined with them follow it.
 4. ``required``/``produced``: every instruction is checked against the layouts its operands must
    have and the layout it produces; where one differs (a layout given by the author, a tensor
    used by two dots) a ``ConvertLayout`` is inserted.
@@ -42,7 +44,7 @@ class LayoutInference:
             if configure is not None:
                 configure(inst, self.func)
         self.propagate(insts)
-        for inst in insts:
+        for inst in sorted(insts, key=self.default_order):
             out = inst.defined
             if isinstance(out, RegisterTensor) and out.layout is None:
                 out.layout = default_layout(out.shape, out.dtype.nbits, self.num_threads)
@@ -52,6 +54,13 @@ class LayoutInference:
                 if t.layout is None:  # read but never defined by an instruction: cannot happen from the frontend
                     raise CompileError(f"register tensor {t.describe()} has no layout")
         self.func.body = self.insert_conversions(self.func.body)
+
+    @staticmethod
+    def default_order(inst: ir.Instruction) -> tuple[int, int]:
+        """Sort key of step 3 (``sorted`` is stable: program order within a rank)."""
+        if isinstance(inst, (ir.LoadGlobal, ir.LoadShared)):
+            return (0, inst.output.dtype.nbits)
+        return (1, 0)
 
     def propagate(self, insts: list[ir.Instruction]) -> None:
         rules = [(inst, self.impl(inst).propagate) for inst in insts]

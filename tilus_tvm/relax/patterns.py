@@ -192,7 +192,7 @@ def _row_input(call: Any, what: str) -> tuple[Any, str, int]:
 
 
 def rewrite_softmax(context: DispatchContext, call: Any) -> Any:
-    """``R.nn.softmax(x, axis=-1)`` -> ``Softmax`` (or ``OnlineSoftmax`` past 16K columns) over rows."""
+    """``R.nn.softmax(x, axis=-1)`` -> ``Softmax`` (or ``OnlineSoftmax`` past 64 KB rows) over rows."""
     from tilus_tvm.schedules.softmax import softmax_kernel_for
 
     x_ty, dtype, n = _row_input(call, "x")
@@ -212,24 +212,21 @@ def _vector_param(context: DispatchContext, expr: Any, hidden: int, dtype: str, 
 
 def rewrite_rms_norm(context: DispatchContext, call: Any) -> Any:
     """``R.nn.rms_norm(x, weight, axes=-1)`` -> ``RMSNorm`` over rows."""
-    from tilus_tvm.schedules.norms import RMSNorm
-    from tilus_tvm.schedules.softmax import row_tile
+    from tilus_tvm.schedules.norms import norm_kernel_for
 
     x_ty, dtype, hidden = _row_input(call, "x")
     _last_axis(call.attrs.axes, x_ty.ndim, "rms_norm")
     weight = _vector_param(context, call.args[1], hidden, dtype, "weight")
-    block_n, warps = row_tile(hidden, 32 if dtype == "float32" else 16)
     rows = _rows(_dims(x_ty)[:-1])
     x2 = _reshape(context, call.args[0], [rows, hidden], "tilus_rows")
-    y = context.kernel(RMSNorm(block_n, warps, dtype), [rows, hidden, float(call.attrs.epsilon), x2, weight],
-                       out=_output([rows, hidden], dtype))
+    kernel = norm_kernel_for("rms_norm", hidden, dtype)
+    y = context.kernel(kernel, [rows, hidden, float(call.attrs.epsilon), x2, weight], out=_output([rows, hidden], dtype))
     return _restore(context, y, x_ty)
 
 
 def rewrite_layer_norm(context: DispatchContext, call: Any) -> Any:
     """``R.nn.layer_norm(x, gamma, beta, axes=-1)`` (centred and scaled) -> ``LayerNorm`` over rows."""
-    from tilus_tvm.schedules.norms import LayerNorm
-    from tilus_tvm.schedules.softmax import row_tile
+    from tilus_tvm.schedules.norms import norm_kernel_for
 
     x_ty, dtype, hidden = _row_input(call, "x")
     _last_axis(call.attrs.axes, x_ty.ndim, "layer_norm")
@@ -237,10 +234,10 @@ def rewrite_layer_norm(context: DispatchContext, call: Any) -> Any:
         raise NotDispatched("layer_norm without gamma/beta (center or scale off); LayerNorm here is affine")
     gamma = _vector_param(context, call.args[1], hidden, dtype, "gamma")
     beta = _vector_param(context, call.args[2], hidden, dtype, "beta")
-    block_n, warps = row_tile(hidden, 32 if dtype == "float32" else 16)
     rows = _rows(_dims(x_ty)[:-1])
     x2 = _reshape(context, call.args[0], [rows, hidden], "tilus_rows")
-    y = context.kernel(LayerNorm(block_n, warps, dtype), [rows, hidden, float(call.attrs.epsilon), x2, gamma, beta],
+    kernel = norm_kernel_for("layer_norm", hidden, dtype)
+    y = context.kernel(kernel, [rows, hidden, float(call.attrs.epsilon), x2, gamma, beta],
                        out=_output([rows, hidden], dtype))
     return _restore(context, y, x_ty)
 

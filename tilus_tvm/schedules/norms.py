@@ -1,8 +1,11 @@
 """``LayerNorm`` and ``RMSNorm`` over the last dimension, float32 math, the result in x's dtype.
 
-One block per row; the row (``hidden`` values, a compile-time constant, padded to ``block_n``
-columns) is loaded once into registers with 16-byte vectors, reduced across the block (warp
-shuffles, then shared memory across warps) and written once:
+Rows are held in registers, spread as :class:`~tilus_tvm.schedules.softmax.RowConfig` says
+(``rows_per_block`` rows per block, each over ``threads_per_row`` threads holding 16-byte vectors;
+``hidden`` is a compile-time constant padded to ``block_n`` columns). x is read once, in its own
+dtype, and kept that way (half the registers of float32 for 16-bit types, so more rows are in
+flight per SM); it is converted to float32 where it is used. The row sums are warp shuffles plus,
+for rows over several warps, one shared-memory round:
 
     LayerNorm:  mean = sum(x) / n;  var = sum((x - mean)^2) / n   (two-pass, on the registers)
                 y = (x - mean) * rsqrt(var + eps) * weight + bias
@@ -19,36 +22,49 @@ from typing import Any, Optional
 
 import tilus_tvm as tilus
 from tilus_tvm import float32, int32, void
+from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
-from tilus_tvm.schedules.softmax import _dtype_of, check_row_kernel, row_tile
+from tilus_tvm.schedules.softmax import RowConfig, _dtype_of, check_row_kernel, row_config
+
+
+def _row_kernel_config(name: str, block_n: int, warps: int, rows_per_block: int) -> RowConfig:
+    try:
+        return RowConfig(block_n, warps, rows_per_block)
+    except ScriptError as exc:
+        raise ScriptError(f"{name}: {exc}") from None
 
 
 class LayerNorm(tilus.Script):
     """Layer normalisation of rows of ``hidden`` <= ``block_n`` values (see the module docstring);
+    ``rows_per_block`` rows per block, each over ``32 * warps / rows_per_block`` threads.
     ``affine=False`` drops weight and bias (the pointers are still passed and ignored)."""
 
-    def __init__(self, block_n: int, warps: int = 4, dtype: Any = float32, affine: bool = True):
+    def __init__(self, block_n: int, warps: int = 4, dtype: Any = float32, affine: bool = True,
+                 rows_per_block: int = 1):
         super().__init__()
         self.dtype = check_row_kernel("LayerNorm", dtype, warps)
-        if block_n % (32 * warps):
-            raise ScriptError(f"LayerNorm: block_n={block_n} must be a multiple of the block's {32 * warps} threads")
+        self.config = _row_kernel_config("LayerNorm", block_n, warps, rows_per_block)
         self.block_n, self.warps, self.affine = block_n, warps, bool(affine)
 
     def __call__(self, rows: int32, hidden: int, eps: float32, x_ptr: ~void, w_ptr: ~void, b_ptr: ~void,
                  y_ptr: ~void):
-        self.attrs.blocks = rows
+        config = self.config
+        self.attrs.blocks = self.utils.ceil_div(rows, config.rows_per_block)
         self.attrs.warps = self.warps
-        row = self.blockIdx.x
+        self.attrs.min_blocks_per_sm = config.min_blocks_per_sm()
+        row = self.blockIdx.x * config.rows_per_block
+        layout = config.layout(self.dtype.nbits)
         gx = self.global_view(x_ptr, dtype=self.dtype, shape=[rows, hidden])
         gy = self.global_view(y_ptr, dtype=self.dtype, shape=[rows, hidden])
-        x = self.load_global(gx, offsets=[row, 0], shape=[1, self.block_n]).to(float32)
-        mean = self.sum(x, dim=1, keepdim=True) * (1.0 / hidden)
-        centered = x - mean
+        x = self.load_global(gx, offsets=[row, 0], shape=[config.rows_per_block, self.block_n], layout=layout)
+        mean = self.sum(x.to(float32), dim=1, keepdim=True) * (1.0 / hidden)
+        centered = x.to(float32) - mean
         if self.block_n > hidden:  # the padding columns read as 0, so only the centred values need masking
-            cols = self.register_tensor(dtype=int32, shape=[1, self.block_n], init=lambda r, c: c)
+            cols = self.register_tensor(dtype=int32, shape=[config.rows_per_block, self.block_n],
+                                        init=lambda r, c: c)
             centered = self.where(cols < hidden, centered, 0.0)
-        var = self.sum(centered * centered, dim=1, keepdim=True) * (1.0 / hidden)
-        y = centered * self.rsqrt(var + eps)
+        rstd = self.rsqrt(self.sum(centered * centered, dim=1, keepdim=True) * (1.0 / hidden) + eps)
+        y = (x.to(float32) - mean) * rstd  # from x (its dtype) again: centered need not stay in registers
         if self.affine:
             gw = self.global_view(w_ptr, dtype=self.dtype, shape=[1, hidden])
             gb = self.global_view(b_ptr, dtype=self.dtype, shape=[1, hidden])
@@ -59,29 +75,57 @@ class LayerNorm(tilus.Script):
 
 
 class RMSNorm(tilus.Script):
-    """RMS normalisation of rows of ``hidden`` <= ``block_n`` values (see the module docstring)."""
+    """RMS normalisation of rows of ``hidden`` <= ``block_n`` values (see the module docstring);
+    ``rows_per_block`` rows per block, each over ``32 * warps / rows_per_block`` threads."""
 
-    def __init__(self, block_n: int, warps: int = 4, dtype: Any = float32):
+    def __init__(self, block_n: int, warps: int = 4, dtype: Any = float32, rows_per_block: int = 1):
         super().__init__()
         self.dtype = check_row_kernel("RMSNorm", dtype, warps)
-        if block_n % (32 * warps):
-            raise ScriptError(f"RMSNorm: block_n={block_n} must be a multiple of the block's {32 * warps} threads")
+        self.config = _row_kernel_config("RMSNorm", block_n, warps, rows_per_block)
         self.block_n, self.warps = block_n, warps
 
     def __call__(self, rows: int32, hidden: int, eps: float32, x_ptr: ~void, w_ptr: ~void, y_ptr: ~void):
-        self.attrs.blocks = rows
+        config = self.config
+        self.attrs.blocks = self.utils.ceil_div(rows, config.rows_per_block)
         self.attrs.warps = self.warps
-        row = self.blockIdx.x
+        self.attrs.min_blocks_per_sm = config.min_blocks_per_sm()
+        row = self.blockIdx.x * config.rows_per_block
         gx = self.global_view(x_ptr, dtype=self.dtype, shape=[rows, hidden])
         gw = self.global_view(w_ptr, dtype=self.dtype, shape=[1, hidden])
         gy = self.global_view(y_ptr, dtype=self.dtype, shape=[rows, hidden])
-        x = self.load_global(gx, offsets=[row, 0], shape=[1, self.block_n]).to(float32)
-        mean_square = self.sum(x * x, dim=1, keepdim=True) * (1.0 / hidden)
+        x = self.load_global(gx, offsets=[row, 0], shape=[config.rows_per_block, self.block_n],
+                             layout=config.layout(self.dtype.nbits))
+        xf = x.to(float32)
+        rstd = self.rsqrt(self.sum(xf * xf, dim=1, keepdim=True) * (1.0 / hidden) + eps)
         w = self.load_global(gw, offsets=[0, 0], shape=[1, self.block_n]).to(float32)
-        self.store_global(gy, x * self.rsqrt(mean_square + eps) * w, offsets=[row, 0])
+        self.store_global(gy, x.to(float32) * rstd * w, offsets=[row, 0])
 
 
 _KERNELS: dict = {}
+# A thread holds its share of x and of the weight (whose loads the compiler issues early): past 64
+# bytes of x per thread, rows take 1024 threads rather than more registers.
+NORM_MAX_BYTES_PER_THREAD = 64
+
+
+def norm_kernel_for(kind: str, hidden: int, dtype: Any, affine: bool = True) -> tilus.Script:
+    """The kernel :func:`layer_norm` (``kind="layer_norm"``) or :func:`rms_norm` (``"rms_norm"``) uses
+    for rows of ``hidden`` values of ``dtype`` (``affine``: LayerNorm with weight and bias).
+    Memoised on the arguments: the torch-like functions call it on every launch."""
+    request = (kind, hidden, dtype, affine)
+    kernel = _KERNELS.get(request)
+    if kernel is not None:
+        return kernel
+    if kind not in ("layer_norm", "rms_norm"):
+        raise ScriptError(f"norm_kernel_for: kind must be 'layer_norm' or 'rms_norm', got {kind!r}")
+    dtype = as_dtype(dtype)
+    config = row_config(hidden, dtype.nbits, NORM_MAX_BYTES_PER_THREAD)
+    key = (kind, config, dtype.name, bool(affine))
+    if key not in _KERNELS:
+        args = (config.block_n, config.warps, dtype)
+        _KERNELS[key] = (LayerNorm(*args, affine=affine, rows_per_block=config.rows_per_block)
+                         if kind == "layer_norm" else RMSNorm(*args, rows_per_block=config.rows_per_block))
+    _KERNELS[request] = _KERNELS[key]
+    return _KERNELS[key]
 
 
 def _check_norm_inputs(fn: str, x: Any, params: dict) -> Any:
@@ -133,14 +177,12 @@ def layer_norm(x: Any, weight: Optional[Any] = None, bias: Optional[Any] = None,
     out = _output("layer_norm", x, out)
     hidden = x.shape[-1]
     rows = x.numel() // hidden
-    block_n, warps = row_tile(hidden, dtype.nbits)
     affine = weight is not None
-    key = ("layer_norm", block_n, warps, dtype.name, affine)
-    if key not in _KERNELS:
-        _KERNELS[key] = LayerNorm(block_n, warps, dtype, affine)
-    x2 = x.view(rows, hidden)
+    kernel = norm_kernel_for("layer_norm", hidden, dtype, affine)
+    x2 = x if x.dim() == 2 else x.view(rows, hidden)
+    y2 = out if out.dim() == 2 else out.view(rows, hidden)
     w2, b2 = (weight.view(1, hidden), bias.view(1, hidden)) if affine else (x2, x2)  # unread without affine
-    _KERNELS[key](rows, hidden, float(eps), x2, w2, b2, out.view(rows, hidden))
+    kernel(rows, hidden, float(eps), x2, w2, b2, y2)
     return out
 
 
@@ -152,9 +194,6 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Optional[Any] = None) 
     out = _output("rms_norm", x, out)
     hidden = x.shape[-1]
     rows = x.numel() // hidden
-    block_n, warps = row_tile(hidden, dtype.nbits)
-    key = ("rms_norm", block_n, warps, dtype.name)
-    if key not in _KERNELS:
-        _KERNELS[key] = RMSNorm(block_n, warps, dtype)
-    _KERNELS[key](rows, hidden, float(eps), x.view(rows, hidden), weight.view(1, hidden), out.view(rows, hidden))
+    x2, y2 = (x, out) if x.dim() == 2 else (x.view(rows, hidden), out.view(rows, hidden))
+    norm_kernel_for("rms_norm", hidden, dtype)(rows, hidden, float(eps), x2, weight.view(1, hidden), y2)
     return out

@@ -56,18 +56,8 @@ class Matmul(tilus.Script):
         offset_m: int32 = bm * self.blockIdx.x
         offset_n: int32 = bn * self.blockIdx.y
         dtype = self.dtype
-        ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, k_size])
-        col = self.b_layout == "col"  # b stored [n, k]: its tiles are read through a transposed view
-        if col:
-            gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size])
-        else:
-            gb = self.global_view(b_ptr, dtype=dtype, shape=[k_size, n_size])
-        gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])
-        sa = self.shared_tensor(dtype=dtype, shape=[stages, bm, bk])
-        if col:
-            sb = self.shared_tensor(dtype=dtype, shape=[stages, bn, bk])
-        else:
-            sb = self.shared_tensor(dtype=dtype, shape=[stages, bk, bn])
+        col = self.b_layout == "col"
+        ga, gb, gc, sa, sb = self.operands(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr)
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
         num_k = (k_size + bk - 1) // bk
         steps = bk // 16  # mma k-steps per tile
@@ -87,7 +77,6 @@ class Matmul(tilus.Script):
         refilling = max(num_k - (stages - 1), 0)  # k_size is a compile-time int
         for refill in [True, False]:
             for k in self.range(0, refilling) if refill else self.range(refilling, num_k):
-                stage = k % stages
                 for step in list(range(steps)):  # unrolled while translating: step is an int
                     if step == 0:  # refill the stage every thread finished reading in the last iteration
                         if refill:
@@ -96,17 +85,7 @@ class Matmul(tilus.Script):
                             self.copy_async(src=gb, dst=sb[ahead % stages],
                                             offsets=[offset_n, ahead * bk] if col else [ahead * bk, offset_n])
                         self.copy_async_commit_group()
-                    if step == steps - 1:  # the next tile must have landed before its first fragments load
-                        self.copy_async_wait_group(stages - 2)
-                        self.sync()
-                        next_stage = (k + 1) % stages
-                        a_next = self.load_shared(sa[next_stage], offsets=[0, 0], shape=[bm, 16])
-                        b_next = self.load_shared(self.b_tile(sb[next_stage]), offsets=[0, 0], shape=[16, bn])
-                    else:
-                        a_next = self.load_shared(sa[stage], offsets=[0, (step + 1) * 16], shape=[bm, 16])
-                        b_next = self.load_shared(self.b_tile(sb[stage]), offsets=[(step + 1) * 16, 0],
-                                                  shape=[16, bn])
-                    self.dot(a, b, acc, out=acc)
+                    a_next, b_next = self.mma_step(sa, sb, k, step, a, b, acc)
                     a = a_next
                     b = b_next
         # Epilogue through shared memory: fragments hold pairs of elements, a coalesced layout holds
@@ -120,6 +99,36 @@ class Matmul(tilus.Script):
         self.sync()
         self.store_global(gc, self.load_shared(sc), offsets=[offset_m, offset_n])
 
+
+    def operands(self, m_size, n_size, k_size, a_ptr, b_ptr, c_ptr):
+        """Global views of a, b and c and the ``stages``-deep shared buffers of a's and b's tiles
+        (b's tiles stored [block_n, block_k] when b is column-major)."""
+        dtype, stages, bm, bn, bk = self.dtype, self.stages, self.block_m, self.block_n, self.block_k
+        col = self.b_layout == "col"  # b stored [n, k]: its tiles are read through a transposed view
+        ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size] if col else [k_size, n_size])
+        gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])
+        sa = self.shared_tensor(dtype=dtype, shape=[stages, bm, bk])
+        sb = self.shared_tensor(dtype=dtype, shape=[stages, bn, bk] if col else [stages, bk, bn])
+        return ga, gb, gc, sa, sb
+
+    def mma_step(self, sa, sb, k, step: int, a, b, acc):
+        """k-step ``step`` of tile ``k``: load the fragments of the next step (at a tile's last step,
+        after waiting for the next tile to land: its stage, first step), then ``acc += a @ b``.
+        Returns the next fragments (loaded first, so the backend spreads them among the mma)."""
+        stages, bm, bn = self.stages, self.block_m, self.block_n
+        if step == self.block_k // 16 - 1:  # the next tile must have landed before its first fragments load
+            self.copy_async_wait_group(stages - 2)
+            self.sync()
+            next_stage = (k + 1) % stages
+            a_next = self.load_shared(sa[next_stage], offsets=[0, 0], shape=[bm, 16])
+            b_next = self.load_shared(self.b_tile(sb[next_stage]), offsets=[0, 0], shape=[16, bn])
+        else:
+            stage = k % stages
+            a_next = self.load_shared(sa[stage], offsets=[0, (step + 1) * 16], shape=[bm, 16])
+            b_next = self.load_shared(self.b_tile(sb[stage]), offsets=[(step + 1) * 16, 0], shape=[16, bn])
+        self.dot(a, b, acc, out=acc)
+        return a_next, b_next
 
     def b_tile(self, stage_tile):
         """One stage of b's shared buffer as a [block_k, block_n] tile (transposed when b is column-major)."""

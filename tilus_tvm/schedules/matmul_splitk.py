@@ -72,17 +72,7 @@ class MatmulSplitK(Matmul):
         num_k: int32 = max(min(k_tiles - split * tiles, tiles), 0)  # k tiles of this split
         dtype = self.dtype
         col = self.b_layout == "col"
-        ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, k_size])
-        if col:
-            gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size])
-        else:
-            gb = self.global_view(b_ptr, dtype=dtype, shape=[k_size, n_size])
-        gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])
-        sa = self.shared_tensor(dtype=dtype, shape=[stages, bm, bk])
-        if col:
-            sb = self.shared_tensor(dtype=dtype, shape=[stages, bn, bk])
-        else:
-            sb = self.shared_tensor(dtype=dtype, shape=[stages, bk, bn])
+        ga, gb, gc, sa, sb = self.operands(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr)
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
         steps = bk // 16
         # Matmul's pipeline over the split's tiles; a tile past the split's end is never copied (it
@@ -98,7 +88,6 @@ class MatmulSplitK(Matmul):
         a = self.load_shared(sa[0], offsets=[0, 0], shape=[bm, 16])
         b = self.load_shared(self.b_tile(sb[0]), offsets=[0, 0], shape=[16, bn])
         for k in range(num_k):
-            stage = k % stages
             for step in list(range(steps)):
                 if step == 0:
                     ahead = k + stages - 1
@@ -108,16 +97,7 @@ class MatmulSplitK(Matmul):
                                         offsets=[offset_n, first_k + ahead * bk] if col
                                         else [first_k + ahead * bk, offset_n])
                     self.copy_async_commit_group()
-                if step == steps - 1:
-                    self.copy_async_wait_group(stages - 2)
-                    self.sync()
-                    next_stage = (k + 1) % stages
-                    a_next = self.load_shared(sa[next_stage], offsets=[0, 0], shape=[bm, 16])
-                    b_next = self.load_shared(self.b_tile(sb[next_stage]), offsets=[0, 0], shape=[16, bn])
-                else:
-                    a_next = self.load_shared(sa[stage], offsets=[0, (step + 1) * 16], shape=[bm, 16])
-                    b_next = self.load_shared(self.b_tile(sb[stage]), offsets=[(step + 1) * 16, 0], shape=[16, bn])
-                self.dot(a, b, acc, out=acc)
+                a_next, b_next = self.mma_step(sa, sb, k, step, a, b, acc)
                 a = a_next
                 b = b_next
         self.copy_async_wait_all()

@@ -11,6 +11,7 @@ from tilus_tvm.dtypes import (DataType, PointerType, bfloat16, boolean, float16,
                               int32, int64, uint8, uint16, uint32, uint64, void)
 from tilus_tvm.dtypes import (float4_e2m1, float6_e2m3, float6_e3m2, float8_e4m3, float8_e5m2, float8_e8m0,
                               float_type, int4b, int_type, uint4b)
+from tilus_tvm.dtypes import int1b, int2b, int3b, int5b, int6b, int7b, uint1b, uint2b, uint3b, uint5b, uint6b, uint7b
 from tilus_tvm.errors import CompileError, LaunchError, LayoutError, ScriptError, TilusError
 from tilus_tvm.lang.script import Script
 from tilus_tvm.lowp import PackedTensor, from_torch

@@ -23,6 +23,7 @@ from tilus_tvm.ir.values import is_scalar
 from tilus_tvm.lang.instructions.assign import AssignInstructions
 from tilus_tvm.lang.instructions.compute import ComputeInstructions
 from tilus_tvm.lang.instructions.dot_split import DotSplitInstructions
+from tilus_tvm.lang.instructions.lowp import LowPrecisionInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
 from tilus_tvm.lang.instructions.scalar_memory import ScalarMemoryInstructions
 
@@ -119,7 +120,7 @@ class _ScriptState:
 
 
 class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, AssignInstructions,
-             ScalarMemoryInstructions):
+             ScalarMemoryInstructions, LowPrecisionInstructions):
     """Base class of kernels (see the module docstring)."""
 
     _kernel_fn = None

@@ -33,3 +33,60 @@ def shared_round_trip(dtype, rows: int, cols: int, warps: int = 4):
             self.store_global(gy, self.load_shared(s), offsets=[0, 0])
 
     return SharedRoundTrip()
+
+
+def column_runs_layout(rows: int, cols: int, warps: int):
+    """A layout whose slots run down columns (dimension 0): no thread holds consecutive elements of a
+    row, so packed loads and stores take the element-by-element path."""
+    from tilus_tvm.layout import local, spatial
+
+    threads = warps * 32
+    assert threads % cols == 0 and rows * cols % threads == 0, (rows, cols, threads)
+    return spatial(threads // cols, cols).local(rows * cols // threads, 1)
+
+
+def view_words(dtype, out_dtype, words_per_thread: int, warps: int = 4):
+    """Each thread loads ``words_per_thread`` int32 words, views them as ``dtype`` codes (a layout with
+    the codes of a thread consecutive along the last dimension), casts and stores [threads, codes]."""
+    from tilus_tvm.layout import local, spatial
+
+    threads = warps * 32
+    codes = words_per_thread * 32 // dtype.nbits
+
+    class ViewWords(tilus.Script):
+        def __call__(self, w_ptr: ~int32, y_ptr: ~out_dtype):
+            self.attrs.blocks = 1
+            self.attrs.warps = warps
+            gw = self.global_view(w_ptr, dtype=int32, shape=[threads, words_per_thread])
+            gy = self.global_view(y_ptr, dtype=out_dtype, shape=[threads, codes])
+            w = self.load_global(gw, offsets=[0, 0], shape=[threads, words_per_thread],
+                                 layout=spatial(threads, 1).local(1, words_per_thread))
+            q = self.view(w, dtype=dtype, layout=spatial(threads, 1).local(1, codes))
+            self.store_global(gy, self.cast(q, out_dtype), offsets=[0, 0])
+
+    return ViewWords()
+
+
+def relayout(dtype, rows: int, cols: int, warps: int = 4, init=None):
+    """y = x, the tile loaded in one layout and assigned into a tensor of another (a packed layout
+    conversion through shared memory); with ``init``, y is that register tensor's init instead."""
+    from tilus_tvm.layout import spatial
+
+    threads = warps * 32
+    first = spatial(threads // 8, 8).local(rows * 8 // threads, cols // 8)
+    second = column_runs_layout(rows, cols, warps)
+
+    class Relayout(tilus.Script):
+        def __call__(self, x_ptr: ~dtype, y_ptr: ~dtype):
+            self.attrs.blocks = 1
+            self.attrs.warps = warps
+            gx = self.global_view(x_ptr, dtype=dtype, shape=[rows, cols])
+            gy = self.global_view(y_ptr, dtype=dtype, shape=[rows, cols])
+            if init is None:
+                y = self.register_tensor(dtype=dtype, shape=[rows, cols], layout=second)
+                self.assign(y, self.load_global(gx, offsets=[0, 0], shape=[rows, cols], layout=first))
+            else:
+                y = self.register_tensor(dtype=dtype, shape=[rows, cols], layout=second, init=init)
+            self.store_global(gy, y, offsets=[0, 0])
+
+    return Relayout()

@@ -90,3 +90,47 @@ def relayout(dtype, rows: int, cols: int, warps: int = 4, init=None):
             self.store_global(gy, y, offsets=[0, 0])
 
     return Relayout()
+
+
+def every_code(types, threads: int = 128, codes_per_thread: int = 8):
+    """One kernel for many types (unrolled over ``types``): for type ``t`` (index ``i``), each thread
+    views its ``t.nbits`` input bytes ``w[i]`` as 8 codes and stores them cast to float32, float16 and
+    bfloat16; and casts its 8 float32 / float16 probes ``p32[i]`` / ``p16[i]`` into ``t``, storing the
+    codes' bytes (the packing of :mod:`tilus_tvm.lowp`) in ``e32[i]`` / ``e16[i]``."""
+    from tilus_tvm import bfloat16, uint8
+    from tilus_tvm.layout import spatial
+
+    count, width = len(types), max(t.nbits for t in types)
+    codes_layout = spatial(threads, 1).local(1, codes_per_thread)
+
+    class EveryCode(tilus.Script):
+        def __call__(self, w_ptr: ~uint8, p32_ptr: ~float32, p16_ptr: ~float16, f32_ptr: ~float32,
+                     f16_ptr: ~float16, bf16_ptr: ~bfloat16, e32_ptr: ~uint8, e16_ptr: ~uint8):
+            self.attrs.blocks = 1
+            self.attrs.warps = threads // 32
+            gw = self.global_view(w_ptr, dtype=uint8, shape=[count, threads, width])
+            gp32 = self.global_view(p32_ptr, dtype=float32, shape=[count, threads, codes_per_thread])
+            gp16 = self.global_view(p16_ptr, dtype=float16, shape=[count, threads, codes_per_thread])
+            gf32 = self.global_view(f32_ptr, dtype=float32, shape=[count, threads, codes_per_thread])
+            gf16 = self.global_view(f16_ptr, dtype=float16, shape=[count, threads, codes_per_thread])
+            gbf16 = self.global_view(bf16_ptr, dtype=bfloat16, shape=[count, threads, codes_per_thread])
+            ge32 = self.global_view(e32_ptr, dtype=uint8, shape=[count, threads, width])
+            ge16 = self.global_view(e16_ptr, dtype=uint8, shape=[count, threads, width])
+            for i, dtype in enumerate(types):
+                bytes_layout = spatial(threads, 1).local(1, dtype.nbits)
+                w = self.load_global(gw, offsets=[i, 0, 0], shape=[threads, dtype.nbits], dims=[1, 2],
+                                     layout=bytes_layout)
+                q = self.view(w, dtype=dtype, layout=codes_layout)
+                self.store_global(gf32, self.cast(q, float32), offsets=[i, 0, 0], dims=[1, 2])
+                self.store_global(gf16, self.cast(q, float16), offsets=[i, 0, 0], dims=[1, 2])
+                self.store_global(gbf16, self.cast(q, bfloat16), offsets=[i, 0, 0], dims=[1, 2])
+                p32 = self.load_global(gp32, offsets=[i, 0, 0], shape=[threads, codes_per_thread], dims=[1, 2],
+                                       layout=codes_layout)
+                p16 = self.load_global(gp16, offsets=[i, 0, 0], shape=[threads, codes_per_thread], dims=[1, 2],
+                                       layout=codes_layout)
+                e32 = self.view(self.cast(p32, dtype), dtype=uint8, layout=bytes_layout)
+                e16 = self.view(self.cast(p16, dtype), dtype=uint8, layout=bytes_layout)
+                self.store_global(ge32, e32, offsets=[i, 0, 0], dims=[1, 2])
+                self.store_global(ge16, e16, offsets=[i, 0, 0], dims=[1, 2])
+
+    return EveryCode()

@@ -274,10 +274,14 @@ def pack_codes(codes, nbits: int):
                           f"[{int(flat.min())}, {int(flat.max())}]")
     if nbits == 8:
         return flat.to(torch.uint8)
-    bits = (flat[:, None] >> torch.arange(nbits, device=flat.device)) & 1
-    stream = torch.zeros(((flat.numel() * nbits + 7) // 8) * 8, dtype=torch.int64, device=flat.device)
-    stream[:bits.numel()] = bits.reshape(-1)
-    return (stream.reshape(-1, 8) << torch.arange(8, device=flat.device)).sum(dim=1).to(torch.uint8)
+    # eight codes make nbits whole bytes: gather them in one int64, then cut it into bytes
+    count = flat.numel()
+    groups = torch.zeros((count + 7) // 8 * 8, dtype=torch.int64, device=flat.device)
+    groups[:count] = flat
+    groups = groups.reshape(-1, 8) << (torch.arange(8, device=flat.device) * nbits)
+    words = groups.sum(dim=1)
+    stream = (words[:, None] >> (torch.arange(nbits, device=flat.device) * 8)) & 0xFF
+    return stream.reshape(-1)[:(count * nbits + 7) // 8].to(torch.uint8)
 
 
 def unpack_codes(storage, nbits: int, count: int):

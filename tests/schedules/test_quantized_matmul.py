@@ -10,7 +10,9 @@ import torch
 import tilus_tvm as tilus
 from tilus_tvm import dtypes, lowp
 from tilus_tvm.errors import LaunchError, ScriptError
-from tilus_tvm.schedules.quantized_matmul import (QuantizedMatmul, choose_config, kernel_layouts, pack_weight,
+from dataclasses import asdict
+
+from tilus_tvm.schedules.quantized_matmul import (Config, QuantizedMatmul, choose_config, kernel_layouts, pack_weight,
                                                   quantize_weight, quantized_matmul)
 from tilus_tvm.schedules.quantized_weight import WeightFormat, dequantize, unit_layout
 
@@ -88,10 +90,10 @@ def meta(*shape, dtype=torch.float16):
 
 
 def compile_kernel(fmt, m, config, zero_points=False, target="sm_90", dtype=torch.float16):
-    kernel = QuantizedMatmul(fmt, dtypes.as_dtype(dtype), zero_points, *config)
+    kernel = QuantizedMatmul(fmt, dtypes.as_dtype(dtype), zero_points, **asdict(config))
     args = (m, torch.zeros(m, fmt.k, dtype=dtype), torch.zeros(fmt.storage_shape, dtype=torch.int32),
             torch.zeros(fmt.groups, fmt.n, dtype=dtype), torch.zeros(fmt.groups, fmt.n, dtype=dtype),
-            torch.zeros(m, fmt.n, dtype=dtype))
+            torch.zeros(m, fmt.n, dtype=dtype), torch.zeros(config.split_k, m, fmt.n))
     return kernel, kernel.compile(*args, target=target)
 
 
@@ -109,7 +111,8 @@ def test_decode_kernel_streams_weights_into_registers(target):
     fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
     kernel, compiled = compile_kernel(fmt, 1, choose_config(1, fmt), target=target)
     program = str(kernel.tile_program(1, meta(1, 1024), meta(*fmt.storage_shape, dtype=torch.int32),
-                                      meta(8, 512), meta(8, 512), meta(1, 512), target=target))
+                                      meta(8, 512), meta(8, 512), meta(1, 512), meta(1, dtype=torch.float32),
+                                      target=target))
     assert "convert_layout" not in program and "shared_tensor" not in program
     code = ptx(compiled, target)
     assert re.search(r"ld\.global\.nc\.v4\.u32", code)  # 16-byte weight vectors
@@ -128,8 +131,27 @@ def test_kernel_paths_lower(name, group, m, zero_points, dtype):
     kernel, compiled = compile_kernel(fmt, m, config, zero_points=zero_points, dtype=dtype)
     code = ptx(compiled, "sm_90")
     assert "mma.sync.aligned.m16n8k16" in code
-    if config[3]:  # activations staged in shared memory
+    if config.stage_activations:
         assert "cp.async" in code and "ldmatrix" in code
+
+
+def test_split_k_writes_partials_and_sums_them():
+    from tilus_tvm.schedules.quantized_matmul import SplitKSum
+
+    fmt = WeightFormat(dtypes.uint4b, 8192, 28672, 128)
+    config = choose_config(1, fmt, multiprocessors=132)
+    assert config.split_k == 2 and config.block_m == 8  # 224 blocks of 128 channels: fewer than 2 per SM
+    assert choose_config(1, WeightFormat(dtypes.uint4b, 4096, 4096, 128), 132).split_k == 4
+    assert choose_config(256, fmt, 132).split_k == 1 and choose_config(256, fmt, 132).stage_activations
+    kernel, compiled = compile_kernel(fmt, 1, config)
+    program = str(kernel.tile_program(1, meta(1, 8192), meta(*fmt.storage_shape, dtype=torch.int32),
+                                      meta(64, 28672), meta(64, 28672), meta(1, 28672), meta(2, 1, 28672,
+                                                                                         dtype=torch.float32),
+                                      target="sm_90"))
+    assert "attrs.blocks = [(m_size + 8 - 1) // 8, 224, 2]" in program and "pointer=ws_ptr" in program
+    total = SplitKSum(2, dtypes.float16).compile(28672, torch.zeros(2, 28672), torch.zeros(28672, dtype=torch.float16),
+                                                 target="sm_90")
+    assert "split_k_sum" in total.cuda_source
 
 
 def test_bad_input_is_refused_before_launch():
@@ -171,3 +193,9 @@ def test_bad_input_is_refused_before_launch():
         QuantizedMatmul(fmt, units_per_warp=1)
     with pytest.raises(ScriptError, match="block_m=12 must be a positive multiple of 8"):
         QuantizedMatmul(fmt, units_per_warp=2, block_m=12)
+    with pytest.raises(ScriptError, match="split_k=3 must divide the 8 k-steps"):
+        QuantizedMatmul(fmt, units_per_warp=2, split_k=3)
+    with pytest.raises(ScriptError, match="prefetch=3 must be 1 or 2"):
+        QuantizedMatmul(fmt, units_per_warp=2, prefetch=3)
+    with pytest.raises(LaunchError, match="config must be a tilus_tvm.schedules.quantized_matmul.Config"):
+        quantized_matmul(a, packed, scales, config=(4, 2, 8))

@@ -37,7 +37,8 @@ so a weight tile read by several batch tiles comes from L2 after the first.
 """
 from __future__ import annotations
 
-import math
+import functools
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 import tilus_tvm as tilus
@@ -47,8 +48,8 @@ from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.schedules.quantized_weight import (QuantizedWeight, WeightFormat, check_weight, check_weight_dtype,
                                                   dequantize, pack_weight, quantize_weight)
 
-__all__ = ["QuantizedMatmul", "quantized_matmul", "pack_weight", "quantize_weight", "dequantize", "QuantizedWeight",
-           "kernel_layouts", "choose_config"]
+__all__ = ["QuantizedMatmul", "SplitKSum", "Config", "quantized_matmul", "pack_weight", "quantize_weight", "dequantize",
+           "QuantizedWeight", "kernel_layouts", "choose_config"]
 
 
 def kernel_layouts(fmt: WeightFormat, warps: int, units_per_warp: int, block_m: int, dtype: Any):
@@ -76,12 +77,14 @@ class QuantizedMatmul(tilus.Script):
     activations' (float16 or bfloat16); ``zero_points``: whether ``z`` is given; ``warps``,
     ``units_per_warp`` (16 channels each; a multiple of ``fmt.units``), ``block_m`` (a multiple of 8):
     the block's tile; ``stage_activations``/``stages``: the shared-memory path for large batches;
-    ``scale_weights``: scales applied to the weights rather than to each group's product.
+    ``scale_weights``: scales applied to the weights rather than to each group's product; ``split_k``:
+    K split over that many blocks (grid z), each writing float32 partial sums to ``ws_ptr`` [split_k, M, N]
+    for :class:`SplitKSum`; ``prefetch``: k-steps of weights in flight ahead of the one computed (1 or 2).
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
                  units_per_warp: int = 2, block_m: int = 8, stage_activations: bool = False, stages: int = 2,
-                 scale_weights: bool = False):
+                 scale_weights: bool = False, split_k: int = 1, prefetch: int = 1):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -97,52 +100,66 @@ class QuantizedMatmul(tilus.Script):
             raise ScriptError(f"QuantizedMatmul: warps={warps} must be in [1, 16]")
         if stage_activations and stages < 2:
             raise ScriptError(f"QuantizedMatmul: stages={stages} must be at least 2")
+        steps = fmt.k // fmt.kt
+        if split_k < 1 or steps % split_k:
+            raise ScriptError(f"QuantizedMatmul: split_k={split_k} must divide the {steps} k-steps of {fmt.kt} "
+                              f"inputs of {fmt.describe()}")
+        if prefetch not in (1, 2):
+            raise ScriptError(f"QuantizedMatmul: prefetch={prefetch} must be 1 or 2 (k-steps of weights in flight)")
         self.fmt, self.dtype, self.zero_points = fmt, dtype, bool(zero_points)
         self.warps, self.units_per_warp, self.block_m = warps, units_per_warp, block_m
         self.stage_activations, self.stages, self.scale_weights = bool(stage_activations), stages, bool(scale_weights)
+        self.split_k, self.prefetch = split_k, prefetch
 
-    def __call__(self, m_size: int32, a_ptr: ~void, w_ptr: ~int32, s_ptr: ~void, z_ptr: ~void, out_ptr: ~void):
-        fmt, dtype, warps = self.fmt, self.dtype, self.warps
+    def __call__(self, m_size: int32, a_ptr: ~void, w_ptr: ~int32, s_ptr: ~void, z_ptr: ~void, out_ptr: ~void,
+                 ws_ptr: ~float32):
+        fmt, dtype, warps, splits = self.fmt, self.dtype, self.warps, self.split_k
         bm, kt = self.block_m, fmt.kt
         bn = warps * self.units_per_warp * 16
-        self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(fmt.n, bn)]
+        self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(fmt.n, bn), splits]
         self.attrs.warps = warps
         m0: int32 = self.blockIdx.x * bm
         n0: int32 = self.blockIdx.y * bn
         granule0: int32 = self.blockIdx.y * (bn // (16 * fmt.units))
+        steps = fmt.k // kt // splits  # k-steps of this block's split
+        first: int32 = self.blockIdx.z * steps
+        end: int32 = first + steps
         words, a_layout, x_layout, b_layout, c_layout = kernel_layouts(fmt, warps, self.units_per_warp, bm, dtype)
-        gw = self.global_view(w_ptr, dtype=int32, shape=list(fmt.storage_shape))
-        ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, fmt.k])
+        # views that end with the split: the loads ahead of its last step are masked, not wasted
+        shape = list(fmt.storage_shape)
+        gw = self.global_view(w_ptr, dtype=int32, shape=[shape[0], end] + shape[2:])
+        ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, end * kt], strides=[fmt.k, 1])
         gs = self.global_view(s_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])  # s^T
-        go = self.global_view(out_ptr, dtype=dtype, shape=[fmt.n, m_size], strides=[1, fmt.n])  # out^T
         gz = self.global_view(z_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])
-        num_steps = fmt.k // kt
         acc = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
         sx = None
         if self.stage_activations:
             sx = self.shared_tensor(dtype=dtype, shape=[self.stages, bm, kt])
             for s in range(self.stages - 1):
-                self.copy_async(src=ga, dst=sx[s], offsets=[m0, s * kt])
+                self.copy_async(src=ga, dst=sx[s], offsets=[m0, (first + s) * kt])
                 self.copy_async_commit_group()
-        w_words = self.load_global(gw, offsets=[granule0, 0, 0, 0, 0], shape=list(words.shape), dims=[0, 2, 3, 4],
-                                   layout=words)
+        # the weights of the next `prefetch` steps are in flight while a step computes
+        ahead = []
+        for j in list(range(self.prefetch)):
+            ahead.append(self.load_global(gw, offsets=[granule0, first + j, 0, 0, 0], shape=list(words.shape),
+                                          dims=[0, 2, 3, 4], layout=words))
         x_now = None if self.stage_activations else \
-            self.load_global(ga, offsets=[m0, 0], shape=[bm, kt], layout=x_layout)
-        for step in range(num_steps):
-            # the next step's weights (and activations) are in flight while this step computes
-            w_next = self.load_global(gw, offsets=[granule0, step + 1, 0, 0, 0], shape=list(words.shape),
-                                      dims=[0, 2, 3, 4], layout=words)
+            self.load_global(ga, offsets=[m0, first * kt], shape=[bm, kt], layout=x_layout)
+        for i in range(steps):
+            step = first + i
+            w_new = self.load_global(gw, offsets=[granule0, step + self.prefetch, 0, 0, 0], shape=list(words.shape),
+                                     dims=[0, 2, 3, 4], layout=words)
             if self.stage_activations:
-                ahead = step + self.stages - 1
-                self.copy_async(src=ga, dst=sx[ahead % self.stages], offsets=[m0, ahead * kt])
+                stage_ahead = i + self.stages - 1
+                self.copy_async(src=ga, dst=sx[stage_ahead % self.stages], offsets=[m0, (first + stage_ahead) * kt])
                 self.copy_async_commit_group()
                 self.copy_async_wait_group(self.stages - 1)
                 self.sync()
-                x = self.load_shared(sx[step % self.stages].transpose(), layout=b_layout)
+                x = self.load_shared(sx[i % self.stages].transpose(), layout=b_layout)
             else:
                 x_next = self.load_global(ga, offsets=[m0, (step + 1) * kt], shape=[bm, kt], layout=x_layout)
                 x = self.view(x_now, layout=b_layout)
-            codes = self.view(w_words, dtype=fmt.dtype, layout=a_layout)
+            codes = self.view(ahead[0], dtype=fmt.dtype, layout=a_layout)
             weights = self.cast(codes, dtype)
             group = step * kt // fmt.group_size
             if self.zero_points:
@@ -155,51 +172,112 @@ class QuantizedMatmul(tilus.Script):
             else:
                 zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
                 partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
-                scale = self.load_global(gs, offsets=[n0, step], shape=[bn, 1])
+                scale = self.load_global(gs, offsets=[n0, group], shape=[bn, 1])
                 acc = acc + partial * scale.to(float32)
             if self.stage_activations:
                 self.sync()  # every warp has read this stage before a later step refills it
             else:
                 x_now = x_next
-            w_words = w_next
+            for later in list(range(1, self.prefetch)):
+                self.assign(ahead[later - 1], ahead[later])
+            self.assign(ahead[self.prefetch - 1], w_new)
         if fmt.per_channel:
             acc = acc * self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32)
         if self.stage_activations:
             self.copy_async_wait_all()
-        self.store_global(go, acc.to(dtype), offsets=[n0, m0])
+        if splits == 1:
+            go = self.global_view(out_ptr, dtype=dtype, shape=[fmt.n, m_size], strides=[1, fmt.n])  # out^T
+            self.store_global(go, acc.to(dtype), offsets=[n0, m0])
+        else:  # this split's partial sums; SplitKSum adds them up
+            gws = self.global_view(ws_ptr, dtype=float32, shape=[splits, fmt.n, m_size],
+                                   strides=[m_size * fmt.n, 1, fmt.n])
+            self.store_global(gws, acc, offsets=[self.blockIdx.z, n0, m0], dims=[1, 2])
+
+
+class SplitKSum(tilus.Script):
+    """``out[i] = sum_s workspace[s, i]`` (float32 partial sums of ``splits`` splits, cast to ``dtype``)."""
+
+    def __init__(self, splits: int, dtype: Any = float16, block: int = 1024):
+        super().__init__()
+        self.splits, self.dtype, self.block = splits, as_dtype(dtype), block
+
+    def __call__(self, count: int32, ws_ptr: ~float32, out_ptr: ~void):
+        self.attrs.blocks = self.utils.ceil_div(count, self.block)
+        self.attrs.warps = 4
+        offset: int32 = self.blockIdx.x * self.block
+        gws = self.global_view(ws_ptr, dtype=float32, shape=[self.splits, count])
+        go = self.global_view(out_ptr, dtype=self.dtype, shape=[count])
+        total = self.load_global(gws, offsets=[0, offset], shape=[self.block], dims=[1])
+        for s in list(range(1, self.splits)):
+            total = total + self.load_global(gws, offsets=[s, offset], shape=[self.block], dims=[1])
+        self.store_global(go, total.to(self.dtype), offsets=[offset])
 
 
 # ---- the torch-like function -----------------------------------------------------------------------------------
-# (largest batch served, (warps, units_per_warp, block_m, stage_activations, stages, scale_weights)), first
-# match wins; tuned with scripts/bench_quantized.py (see its --configs)
-CONFIGS = ((8, (4, 2, 8, False, 2, False)), (16, (4, 2, 16, False, 2, False)), (48, (4, 2, 32, True, 3, True)),
-           (None, (4, 2, 64, True, 3, True)))
+@dataclass(frozen=True)
+class Config:
+    """A :class:`QuantizedMatmul` configuration (its keyword arguments after ``zero_points``)."""
+
+    warps: int = 4
+    units_per_warp: int = 2
+    block_m: int = 8
+    stage_activations: bool = False
+    stages: int = 2
+    scale_weights: bool = False
+    split_k: int = 1
+    prefetch: int = 1
+
+
+# by the largest batch they serve, first match wins; tuned with scripts/bench_quantized.py (--configs)
+CONFIGS = ((8, Config(block_m=8, prefetch=2)), (16, Config(block_m=16, prefetch=2)),
+           (48, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True)),
+           (None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True)))
 _KERNELS: dict = {}
 
 
-def choose_config(m: int, fmt: WeightFormat) -> tuple:
-    """(warps, units_per_warp, block_m, stage_activations, stages, scale_weights) for a batch of ``m`` rows."""
-    warps, units, block_m, staged, stages, scale_weights = next(c for limit, c in CONFIGS if limit is None or m <= limit)
-    units = max(units, fmt.units) // fmt.units * fmt.units
-    return warps, units, block_m, staged, stages, scale_weights
+def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132) -> Config:
+    """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs:
+    the table's for the batch; K is split (``split_k``) while the grid has fewer than two blocks per SM and
+    every split keeps at least 8 k-steps."""
+    config = next(c for limit, c in CONFIGS if limit is None or m <= limit)
+    units = max(config.units_per_warp, fmt.units) // fmt.units * fmt.units
+    blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16))
+    steps, splits = fmt.k // fmt.kt, 1
+    while blocks * splits < 2 * multiprocessors and steps % (2 * splits) == 0 and steps // (2 * splits) >= 8:
+        splits *= 2
+    return replace(config, units_per_warp=units, split_k=splits)
 
 
-def kernel_for(fmt: WeightFormat, dtype: Any, zero_points: bool, config: tuple) -> QuantizedMatmul:
-    key = (fmt, as_dtype(dtype).name, bool(zero_points), tuple(config))
+def kernel_for(fmt: WeightFormat, dtype: Any, zero_points: bool, config: Config) -> QuantizedMatmul:
+    key = (fmt, as_dtype(dtype).name, bool(zero_points), config)
     if key not in _KERNELS:
-        _KERNELS[key] = QuantizedMatmul(fmt, dtype, zero_points, *config)
+        _KERNELS[key] = QuantizedMatmul(fmt, dtype, zero_points, **asdict(config))
     return _KERNELS[key]
 
 
+def _split_sum(splits: int, dtype: Any) -> SplitKSum:
+    key = ("sum", splits, as_dtype(dtype).name)
+    if key not in _KERNELS:
+        _KERNELS[key] = SplitKSum(splits, dtype)
+    return _KERNELS[key]
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device_index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros: Any = None, out: Any = None, *,
-                     dtype: Any = None, group_size: Optional[int] = None, config: Optional[tuple] = None) -> Any:
+                     dtype: Any = None, group_size: Optional[int] = None, config: Optional[Config] = None) -> Any:
     """``a @ w`` for a CUDA float16/bfloat16 ``a`` [..., K] and a weight packed by :func:`pack_weight`.
 
     ``w[k, n] = (value(q[k, n]) - zeros[k // g, n]) * scales[k // g, n]``; ``scales`` (and ``zeros``)
     are [K / g, N] tensors of a's dtype. ``dtype`` / ``group_size``, when given, are checked against
     what the weight was packed for. ``out`` ([..., N], a's dtype, contiguous) receives the result.
-    ``config`` overrides the kernel configuration ``(warps, units_per_warp, block_m, stage_activations,
-    stages, scale_weights)`` (:class:`QuantizedMatmul`). Every argument is checked before anything is launched.
+    ``config`` (a :class:`Config`) overrides the kernel configuration :func:`choose_config` picks.
+    Every argument is checked before anything is launched.
 
     >>> qw, s, _ = quantize_weight(w, "uint4b", group_size=128)      # doctest: +SKIP
     >>> y = quantized_matmul(x, qw.to("cuda"), s.cuda())              # doctest: +SKIP
@@ -219,6 +297,9 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
     if len(devices) != 1:
         raise LaunchError(f"quantized_matmul: a, the weight, scales and zeros must be on one device, got "
                           f"{sorted(str(d) for d in devices)}")
+    if config is not None and not isinstance(config, Config):
+        raise LaunchError(f"quantized_matmul: config must be a tilus_tvm.schedules.quantized_matmul.Config, got "
+                          f"{config!r}")
     rows = a.reshape(-1, fmt.k)
     if not rows.is_contiguous():
         rows = rows.contiguous()
@@ -230,9 +311,15 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
         raise LaunchError(f"quantized_matmul: out must be a contiguous {a.dtype} tensor of shape {list(shape)}, "
                           f"got {out.dtype} {list(out.shape)}")
     if config is None:
-        config = choose_config(m, fmt)
-    kernel = kernel_for(fmt, a.dtype, zeros is not None, config)
-    if m:
-        kernel(m, rows, packed_weight.storage, scales.contiguous(),
-               (zeros if zeros is not None else scales).contiguous(), out)
+        sms = _multiprocessors(a.device.index if a.device.index is not None else 0) if a.is_cuda else 132
+        config = choose_config(m, fmt, sms)
+    kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
+    if not m:
+        return out
+    splits = config.split_k
+    workspace = torch.empty((splits, m, fmt.n) if splits > 1 else (1,), dtype=torch.float32, device=a.device)
+    kernel(m, rows, packed_weight.storage, scales.contiguous(), (zeros if zeros is not None else scales).contiguous(),
+           out, workspace)
+    if splits > 1:
+        _split_sum(splits, a.dtype)(m * fmt.n, workspace, out)
     return out

@@ -95,11 +95,3 @@ def join_pieces(pieces: Sequence[Any]):
     for piece in pieces[1:]:
         value = value | piece
     return value
-
-
-def sign_extend(code: Any, nbits: int):
-    """The ``int32`` value of an ``nbits``-bit two's complement code (a uint32 expression)."""
-    from tvm import tirx
-
-    shift = u32(WORD_BITS - nbits)
-    return tirx.reinterpret("int32", code << shift) >> tirx.const(WORD_BITS - nbits, "int32")

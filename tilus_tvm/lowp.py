@@ -58,6 +58,7 @@ This module imports torch only inside the functions that take or return tensors.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from functools import lru_cache
 from typing import Any, Optional, Sequence, Union
@@ -66,7 +67,8 @@ from tilus_tvm.dtypes import DataType, as_dtype
 from tilus_tvm.errors import ScriptError
 
 __all__ = ["float_family", "is_low_precision", "all_values", "finite_range", "nan_code", "encode", "decode",
-           "pack_codes", "unpack_codes", "PackedTensor", "from_torch"]
+           "encode_scalar", "pack_codes", "unpack_codes", "PackedTensor", "from_torch", "is_packed", "storage_words",
+           "register_storage", "pointer_storage_dtype"]
 
 MAX_BITS = 8
 
@@ -214,6 +216,29 @@ def encode(values, dtype: Any):
     return result.to(torch.uint8)
 
 
+def encode_scalar(value: Union[bool, int, float], dtype: Any) -> int:
+    """The code of one Python number converted to ``dtype``: :func:`encode` without torch.
+
+    >>> encode_scalar(2.5, "int4b"), encode_scalar(-1, "int4b"), encode_scalar(1e9, "float8_e4m3")
+    (2, 15, 126)
+    """
+    dtype = _require_low_precision(dtype, "encode_scalar")
+    value = float(value)
+    if math.isnan(value):
+        return nan_code(dtype) or 0
+    grid_values, grid_codes = _rounding_grid(dtype)
+    signed_float = dtype.is_float and dtype.signed
+    target = abs(value) if signed_float else value
+    above = min(max(bisect.bisect_left(grid_values, target), 1), len(grid_values) - 1)
+    below = above - 1
+    middle = (grid_values[below] + grid_values[above]) / 2
+    take_above = target > middle or (target == middle and grid_codes[above] % 2 == 0)
+    code = grid_codes[above] if take_above else grid_codes[below]
+    if signed_float and math.copysign(1.0, value) < 0:
+        code |= 1 << (dtype.nbits - 1)
+    return code
+
+
 def decode(codes, dtype: Any):
     """The values of ``codes`` (an integer tensor): ``torch.float32`` for floats (exact), ``torch.int32`` for integers.
 
@@ -249,10 +274,14 @@ def pack_codes(codes, nbits: int):
                           f"[{int(flat.min())}, {int(flat.max())}]")
     if nbits == 8:
         return flat.to(torch.uint8)
-    bits = (flat[:, None] >> torch.arange(nbits, device=flat.device)) & 1
-    stream = torch.zeros(((flat.numel() * nbits + 7) // 8) * 8, dtype=torch.int64, device=flat.device)
-    stream[:bits.numel()] = bits.reshape(-1)
-    return (stream.reshape(-1, 8) << torch.arange(8, device=flat.device)).sum(dim=1).to(torch.uint8)
+    # eight codes make nbits whole bytes: gather them in one int64, then cut it into bytes
+    count = flat.numel()
+    groups = torch.zeros((count + 7) // 8 * 8, dtype=torch.int64, device=flat.device)
+    groups[:count] = flat
+    groups = groups.reshape(-1, 8) << (torch.arange(8, device=flat.device) * nbits)
+    words = groups.sum(dim=1)
+    stream = (words[:, None] >> (torch.arange(nbits, device=flat.device) * 8)) & 0xFF
+    return stream.reshape(-1)[:(count * nbits + 7) // 8].to(torch.uint8)
 
 
 def unpack_codes(storage, nbits: int, count: int):
@@ -389,3 +418,70 @@ def from_torch(tensor, dtype: Any = None) -> PackedTensor:
     storage = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
     packed = PackedTensor(storage, tuple(tensor.shape), own)
     return packed if dtype is None else packed.to(dtype)
+
+
+# ---- storage inside kernels ----------------------------------------------------------------------
+WORD_BITS = 32
+
+
+def is_packed(dtype: Any) -> bool:
+    """Whether kernels store ``dtype`` as packed codes: the low-precision types but ``int8`` / ``uint8``
+    (which TVM and CUDA know), so the sub-byte types and the 8-bit floats.
+
+    Global and shared memory hold their bytes as this module packs them; a register tensor holds a
+    thread's ``local_size`` codes in ``uint32`` words, slot ``s`` at bits ``[s*N, (s+1)*N)``
+    (:mod:`tilus_tvm.instructions.packed`).
+
+    >>> is_packed("uint4b"), is_packed("float8_e4m3"), is_packed("int8"), is_packed("float16")
+    (True, True, False, False)
+    """
+    dtype = as_dtype(dtype)
+    return is_low_precision(dtype) and not (dtype.is_integer and dtype.nbits == 8)
+
+
+def storage_words(dtype: Any, num_elements: int) -> int:
+    """``uint32`` words that ``num_elements`` packed elements of ``dtype`` occupy."""
+    return -(-num_elements * as_dtype(dtype).nbits // WORD_BITS)
+
+
+def register_storage(dtype: Any, local_size: int) -> tuple:
+    """(TIR dtype, length) of the per-thread array of a register tensor with ``local_size`` slots.
+
+    >>> register_storage("uint4b", 32), register_storage("float16", 8)
+    (('uint32', 4), ('float16', 8))
+    """
+    dtype = as_dtype(dtype)
+    if is_packed(dtype):
+        return "uint32", max(1, storage_words(dtype, local_size))
+    return dtype.tvm_name or dtype.name, local_size
+
+
+def pointer_storage_dtype(dtype: Any) -> str:
+    """The TIR dtype of a pointer parameter's buffer: bytes for the packed types, except the 8-bit
+    floats that have a TVM type (so that torch's ``float8_e4m3fn`` tensors pass TVM's argument checks).
+
+    >>> pointer_storage_dtype("uint4b"), pointer_storage_dtype("float8_e4m3"), pointer_storage_dtype("float6_e3m2")
+    ('uint8', 'float8_e4m3fn', 'uint8')
+    """
+    dtype = as_dtype(dtype)
+    if is_packed(dtype):
+        return dtype.tvm_name if dtype.nbits == 8 and dtype.tvm_name else "uint8"
+    return dtype.tvm_name or dtype.name
+
+
+def storage_torch_dtypes(dtype: Any) -> tuple:
+    """The torch dtypes a tensor passed for a ``~dtype`` pointer may have: the type's own, and for the
+    packed types ``torch.uint8`` holding the packed bytes (``PackedTensor.storage``).
+
+    >>> import torch
+    >>> storage_torch_dtypes("uint4b") == (torch.uint8,), storage_torch_dtypes("float8_e4m3") == (torch.float8_e4m3fn,)
+    (True, True)
+    """
+    import torch
+
+    dtype = as_dtype(dtype)
+    if dtype.torch_name is not None:
+        return (dtype.torch_dtype,)
+    if is_packed(dtype):
+        return (torch.uint8,)
+    return ()

@@ -14,8 +14,9 @@ def test_every_instruction_has_a_base_entry():
     for inst_type in (ir.AllocateRegister, ir.AllocateShared, ir.FreeShared, ir.GlobalView, ir.LoadGlobal,
                       ir.StoreGlobal, ir.LoadShared, ir.StoreShared, ir.Unary, ir.Binary, ir.Where, ir.Cast,
                       ir.Reduce, ir.Dot, ir.ConvertLayout, ir.Assign, ir.Sync, ir.Printf):
-        for arch in ("sm_80", "sm_90", "sm_120"):
-            assert lookup(inst_type, arch).family == "sm_80"
+        assert lookup(inst_type, "sm_80").family == "sm_80"
+        for arch in ("sm_90", "sm_120"):  # a newer family's entry (Cast's sm_89 cvt for fp8) may serve them
+            assert registry.family_level(lookup(inst_type, arch).family) <= registry.family_level(arch)
 
 
 def test_a_newer_family_serves_newer_targets_only(monkeypatch):

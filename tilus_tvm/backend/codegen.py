@@ -155,7 +155,7 @@ def generate(func: Function, plan: SharedMemoryPlan, params: Optional[list[Param
             for param in params:
                 if param.kind == "pointer" and param.shaped:
                     numel = math.prod(param.buffer.shape)
-                    flat = Tb.decl_buffer((numel,), param.dtype.name, data=param.buffer.data)
+                    flat = Tb.decl_buffer((numel,), param.buffer.dtype, data=param.buffer.data)
                     IRBuilder.name(f"{c_identifier(param.name)}_flat", flat)
                     ctx.flat_views[param.name] = flat
             frames = []

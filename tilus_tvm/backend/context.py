@@ -18,6 +18,7 @@ from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus_tvm.layout.register import RegisterLayout, row_major_ravel, row_major_unravel
 from tilus_tvm.layout.shared import SharedLayout
 from tilus_tvm.layout.to_tir import register_inverse_index_map, shared_index_map
+from tilus_tvm.lowp import is_packed, register_storage
 
 def const(value: Any, dtype: DataType | str):
     """``value`` (Python number or PrimExpr) as an expression of ``dtype``."""
@@ -75,7 +76,8 @@ class CodegenContext:
         if id(tensor) not in self.registers:
             if tensor.layout is None:
                 raise CompileError(f"register tensor {tensor.describe()} reached code generation without a layout")
-            buffer = tirx.decl_buffer((tensor.layout.local_size,), tensor.dtype.name, tensor.name, scope="local")
+            dtype, length = register_storage(tensor.dtype, tensor.layout.local_size)  # packed types: uint32 words
+            buffer = tirx.decl_buffer((length,), dtype, tensor.name, scope="local")
             self.registers[id(tensor)] = buffer
         return self.registers[id(tensor)]
 
@@ -88,7 +90,7 @@ class CodegenContext:
         return self.views[id(tensor)]
 
     def declare_global_view(self, tensor: GlobalTensor) -> None:
-        if tensor.pointer.shaped:  # the kernel ABI gave the parameter this view's shape
+        if tensor.pointer.shaped or is_packed(tensor.dtype):  # the ABI's shaped buffer; packed: its bytes
             self.views[id(tensor)] = tensor.pointer.buffer
             return
         flat = tensor.pointer.buffer
@@ -97,7 +99,12 @@ class CodegenContext:
         self.views[id(tensor)] = buffer
 
     def shared_view(self, byte_offset: int, dtype: DataType, num_elements: int, name: str) -> tirx.Buffer:
-        """A 1-D typed view of the shared-memory pool."""
+        """A 1-D typed view of the shared-memory pool (the bytes of a packed low-precision tensor)."""
+        if is_packed(dtype):
+            buffer = Tb.decl_buffer((dtype.storage_bytes(num_elements),), "uint8", data=self.pool.data,
+                                    elem_offset=byte_offset, scope="shared.dyn")
+            IRBuilder.name(name, buffer)
+            return buffer
         element_bytes = dtype.nbits // 8
         if dtype.nbits % 8 or byte_offset % element_bytes:
             raise CompileError(f"shared offset {byte_offset} is not aligned for {dtype.name}")

@@ -2,7 +2,9 @@
 its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.registry`).
 
     allocate.py        AllocateRegister, AllocateShared, FreeShared, GlobalView
-    elementwise.py     Unary, Binary, Where, Cast, Assign
+    elementwise.py     Unary, Binary, Where, Assign
+    cast.py            Cast (the low-precision conversion rules of cast_rules.py, fast paths)
+    packed_memory.py   loads and stores of packed low-precision tiles (for global_memory / shared_memory)
     global_memory.py   LoadGlobal, StoreGlobal
     shared_memory.py   LoadShared (ldmatrix when the layouts allow), StoreShared
     async_copy.py      CopyAsync (cp.async), CopyAsyncCommitGroup, CopyAsyncWaitGroup, CopyAsyncWaitAll
@@ -14,7 +16,7 @@ its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.regist
 
 Importing this package registers all of them.
 """
-from tilus_tvm.instructions import (allocate, async_copy, convert_layout, dot, elementwise,  # noqa: F401
+from tilus_tvm.instructions import (allocate, async_copy, cast, convert_layout, dot, elementwise,  # noqa: F401
                                     global_memory, misc, reduce, shared_memory)
 from tilus_tvm.instructions import print_tensor  # noqa: F401
 from tilus_tvm.instructions.registry import InstructionImpl, lookup, register, registered  # noqa: F401

@@ -1,4 +1,5 @@
-"""Elementwise instructions: ``Unary``, ``Binary``, ``Where``, ``Cast`` and ``Assign``.
+"""Elementwise instructions: ``Unary``, ``Binary``, ``Where`` and ``Assign`` (``Cast``, with its
+conversion rules for the low-precision types, is ``cast.py``).
 
 Layout rule: the output and every full-shape operand share one layout; a broadcast operand (size-1
 dimensions) has the output's layout reduced over those dimensions, its threads replicas. Layouts
@@ -108,24 +109,15 @@ def emit_where(ctx: CodegenContext, inst: ir.Where) -> None:
         Tb.buffer_store(dst, tirx.Select(cond, x, y), [i])
 
 
-def emit_cast(ctx: CodegenContext, inst: ir.Cast) -> None:
-    out = inst.output
-    src, dst = ctx.reg(inst.x), ctx.reg(out)
-    with Tb.unroll(0, out.layout.local_size) as i:
-        Tb.buffer_store(dst, tirx.Cast(out.dtype.name, src[i]), [i])
-
-
 def emit_assign(ctx: CodegenContext, inst: ir.Assign) -> None:
     src, dst = ctx.reg(inst.src), ctx.reg(inst.dst)
     if src.same_as(dst):
         return
-    with Tb.unroll(0, inst.dst.layout.local_size) as i:
+    with Tb.unroll(0, dst.shape[0]) as i:  # the array's length: packed types hold several slots a word
         Tb.buffer_store(dst, src[i], [i])
 
 
 register(ir.Unary, emit=emit_unary, propagate=lambda inst: propagate_same(inst.output, inst.x),
-         required=lambda inst: [(inst.x, inst.output.layout)])
-register(ir.Cast, emit=emit_cast, propagate=lambda inst: propagate_same(inst.output, inst.x),
          required=lambda inst: [(inst.x, inst.output.layout)])
 register(ir.Binary, emit=emit_binary,
          propagate=lambda inst: propagate_elementwise(inst.output, [inst.lhs, inst.rhs]),

@@ -17,10 +17,12 @@ from tvm import sym, tirx
 from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext, bounds_condition, const, place_tile
+from tilus_tvm.instructions import packed_memory
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.tensor import GlobalTensor
 from tilus_tvm.layout.register import RegisterLayout
+from tilus_tvm.lowp import is_packed
 
 MAX_VECTOR_BYTES = 16
 
@@ -92,6 +94,8 @@ class _GlobalAccess:
 
 def emit_load_global(ctx: CodegenContext, inst: ir.LoadGlobal) -> None:
     out = inst.output
+    if is_packed(out.dtype):  # sub-byte types and 8-bit floats: bit arithmetic, in packed_memory.py
+        return packed_memory.emit_load_global(ctx, inst)
     access = _GlobalAccess(ctx, out.layout, inst.src, inst.offsets, inst.dims)
     view, buf, width = ctx.view(inst.src), ctx.reg(out), access.width
     zero = const(0, out.dtype) if width == 1 else tirx.Broadcast(const(0, out.dtype), width)
@@ -104,6 +108,8 @@ def emit_load_global(ctx: CodegenContext, inst: ir.LoadGlobal) -> None:
 
 def emit_store_global(ctx: CodegenContext, inst: ir.StoreGlobal) -> None:
     src = inst.src
+    if is_packed(src.dtype):
+        return packed_memory.emit_store_global(ctx, inst)
     access = _GlobalAccess(ctx, src.layout, inst.dst, inst.offsets, inst.dims)
     view, buf, width = ctx.view(inst.dst), ctx.reg(src), access.width
     with ctx.guarded(ctx.owner_condition(src.layout)):

@@ -25,11 +25,13 @@ from tilus_tvm import intrin
 from tilus_tvm.backend.context import CodegenContext, logical_index, place_tile
 from tilus_tvm.errors import LayoutError
 from tilus_tvm.instructions.async_copy import _divisible, _static
+from tilus_tvm.instructions import packed_memory
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.layout.atoms import get_ldmatrix_atom
 from tilus_tvm.layout.register import RegisterLayout, column_spatial, compose, local, spatial
 from tilus_tvm.layout.register_ops import divide, permute
+from tilus_tvm.lowp import is_packed
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ def ldmatrix_plan(inst: ir.LoadShared, layout=None, analyzer: Any = None) -> Opt
 
 def emit_load_shared(ctx: CodegenContext, inst: ir.LoadShared) -> None:
     out = inst.output
+    if is_packed(out.dtype):  # sub-byte types and 8-bit floats: bit arithmetic, in packed_memory.py
+        return packed_memory.emit_load_shared(ctx, inst)
     buf = ctx.reg(out)
     plan = ldmatrix_plan(inst, analyzer=ctx.func.analyzer())
     if plan is not None:
@@ -163,6 +167,8 @@ def _emit_ldmatrix(ctx: CodegenContext, inst: ir.LoadShared, plan: LdmatrixPlan)
 
 def emit_store_shared(ctx: CodegenContext, inst: ir.StoreShared) -> None:
     src = inst.src
+    if is_packed(src.dtype):
+        return packed_memory.emit_store_shared(ctx, inst)
     buf = ctx.reg(src)
     width = shared_vector_width(src.layout, inst.dst, inst.offsets, inst.dims, ctx.func.analyzer())
     vectors = _vector_view(ctx, inst.dst, width)

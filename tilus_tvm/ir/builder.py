@@ -154,6 +154,9 @@ class Builder:
         dim %= len(x.shape)
         if op != "sum" and x.dtype is dtypes.boolean:
             raise ScriptError(f"{op}: cannot reduce bool tensor {x.describe()}")
+        from tilus_tvm.ir.values import _reject_packed
+
+        _reject_packed(op, x)
         shape = list(x.shape)
         if keepdim:
             shape[dim] = 1

@@ -282,3 +282,14 @@ class ReleaseSemaphore(Instruction):
     tensor: GlobalTensor
     indices: tuple[Any, ...]
     value: Any
+
+
+@dataclass(eq=False)
+class RegisterView(Instruction):
+    """``output`` holds ``x``'s bits, reinterpreted: each thread's register storage read as another dtype,
+    shape and layout (``self.view``). Both spread over the same threads, and a thread's slots hold the
+    same number of bits in both (``local_size * nbits``); slot ``s`` of ``output`` is bits
+    ``[s*N, s*N + N)`` of the thread's slots of ``x`` laid end to end."""
+
+    output: RegisterTensor
+    x: RegisterTensor

@@ -154,8 +154,19 @@ def _require_tensor(op: str, value: Any, what: str) -> None:
         raise ScriptError(f"{op}: {what} must be a register tensor, got {describe(value)}")
 
 
+def _reject_packed(op: str, *values: Any) -> None:
+    """Arithmetic needs a type TVM computes in: packed low-precision tensors are cast first."""
+    from tilus_tvm.lowp import is_packed
+
+    for value in values:
+        if is_tensor_like(value) and is_packed(value.dtype):
+            raise ScriptError(f"{op}: {describe(value)} holds packed {value.dtype.name} codes, which have no "
+                              f"arithmetic; convert first, e.g. self.cast(x, float16) or x.to(float16)")
+
+
 def unary_value(x: Any, op: str) -> TensorValue:
     _require_tensor(op, x, "the operand")
+    _reject_packed(op, x)
     if op == "not" and x.dtype is not dtypes.boolean:
         raise ScriptError(f"not: operand {describe(x)} must be bool")
     if op not in ("neg", "abs", "not") and not x.dtype.is_float:
@@ -167,6 +178,7 @@ def binary_value(lhs: Any, rhs: Any, op: str) -> TensorValue:
     tensors = [v for v in (lhs, rhs) if is_tensor_like(v)]
     if not tensors:
         raise ScriptError(f"{op}: at least one operand must be a register tensor, got {lhs!r} and {rhs!r}")
+    _reject_packed(op, lhs, rhs)
     for v in (lhs, rhs):
         if not is_tensor_like(v) and not is_scalar(v):
             raise ScriptError(f"{op}: operand {describe(v)} is neither a register tensor nor a scalar")
@@ -188,6 +200,7 @@ def binary_value(lhs: Any, rhs: Any, op: str) -> TensorValue:
 
 def where_value(cond: Any, x: Any, y: Any) -> TensorValue:
     _require_tensor("where", cond, "cond")
+    _reject_packed("where", x, y)
     if cond.dtype is not dtypes.boolean:
         raise ScriptError(f"where: cond {describe(cond)} must be a bool tensor")
     values = [v for v in (x, y) if is_tensor_like(v)]

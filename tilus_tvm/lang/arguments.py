@@ -16,6 +16,7 @@ from typing import Any, Optional
 from tilus_tvm.dtypes import as_dtype, void
 from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.lang.signature import ParamSpec
+from tilus_tvm.lowp import is_packed, storage_torch_dtypes
 
 VECTOR_ALIGNMENT = 16
 MAX_INDEX = 2**31 - 1  # kernels index with int32
@@ -73,6 +74,12 @@ def _scalar(spec: ParamSpec, value: Any, kernel: str) -> Any:
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise LaunchError(f"{kernel}: argument {spec.name} ({dtype.name}) must be a number, got {value!r}")
     return float(value)
+
+
+def _packed_hint(dtype) -> str:
+    if is_packed(dtype) and dtype.torch_name is None:
+        return ": a torch.uint8 tensor of its packed bytes, e.g. tilus_tvm.from_torch(t, dtype).storage"
+    return ""
 
 
 def flat_view(tensor):
@@ -135,9 +142,9 @@ def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -
                 except ScriptError:
                     raise LaunchError(f"{kernel}: argument {spec.name} (~void) is a {value.dtype} tensor, which has "
                                       f"no tilus-tvm dtype") from None
-            elif value.dtype != spec.dtype.torch_dtype:
+            elif value.dtype not in storage_torch_dtypes(spec.dtype):
                 raise LaunchError(f"{kernel}: argument {spec.name} must be a {spec.dtype.name} tensor "
-                                  f"(~{spec.dtype.name}), got {value.dtype}")
+                                  f"(~{spec.dtype.name}{_packed_hint(spec.dtype)}), got {value.dtype}")
             if require_cuda:
                 if not value.is_cuda:
                     if not cuda_available():  # no GPU at all: moving the tensor would not help

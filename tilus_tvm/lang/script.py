@@ -26,6 +26,7 @@ from tilus_tvm.lang.instructions.assign import AssignInstructions
 from tilus_tvm.lang.instructions.compute import ComputeInstructions
 from tilus_tvm.lang.instructions.debug import DebugInstructions
 from tilus_tvm.lang.instructions.dot_split import DotSplitInstructions
+from tilus_tvm.lang.instructions.lowp import LowPrecisionInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
 from tilus_tvm.lang.instructions.scalar_memory import ScalarMemoryInstructions
 from tilus_tvm.lang.instructions.workspace import WorkspaceInstructions
@@ -148,7 +149,8 @@ class _ScriptState:
 
 
 class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, AssignInstructions,
-             ScalarMemoryInstructions, DebugInstructions, CudaHelpersMixin, WorkspaceInstructions):
+             ScalarMemoryInstructions, DebugInstructions, CudaHelpersMixin, WorkspaceInstructions,
+             LowPrecisionInstructions):
     """Base class of kernels (see the module docstring)."""
 
     _kernel_fn = None

@@ -14,6 +14,7 @@ from tilus_tvm.lang.frontend import Transpiler
 from tilus_tvm.lang.pointer import PointerValue
 from tilus_tvm.lang.script import Attributes, Dim3, Script
 from tilus_tvm.lang.signature import ParamSpec
+from tilus_tvm.lowp import pointer_storage_dtype
 
 
 def make_params(specs: list[ParamSpec], const_values: Mapping[str, Any],
@@ -32,7 +33,8 @@ def make_params(specs: list[ParamSpec], const_values: Mapping[str, Any],
             if dtype.name == "void":
                 raise ScriptError(f"pointer parameter {spec.name} is ~void; give a tensor to learn its dtype")
             numel = tirx.Var(f"{spec.name}_numel", "int32")  # kernels index with int32 (checked at launch)
-            buffer = tirx.decl_buffer((numel,), dtype.tvm_name or dtype.name, c_identifier(spec.name))
+            # packed low-precision types: a buffer of their bytes (tilus_tvm.lowp.pointer_storage_dtype)
+            buffer = tirx.decl_buffer((numel,), pointer_storage_dtype(dtype), c_identifier(spec.name))
             param = Param(spec.name, "pointer", dtype, buffer=buffer)
             bindings[spec.name] = PointerValue(param)
         params.append(param)

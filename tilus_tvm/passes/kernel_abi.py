@@ -24,6 +24,7 @@ from tilus_tvm.errors import CompileError
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.scalar import c_identifier
 from tilus_tvm.ir.stmt import Function, Param, instructions
+from tilus_tvm.lowp import pointer_storage_dtype
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,11 @@ def plan_kernel_abi(func: Function) -> KernelABI:
     for param in func.params:
         if param.kind == "pointer":
             shape = _common_shape(views.get(param.name, []), scalar_vars)
+            if param.dtype.nbits < 8:  # sub-byte elements: the buffer counts bytes, not elements
+                shape = None
             if shape is not None and not param.shaped:
-                param.buffer = tirx.decl_buffer(list(shape), param.dtype.name, c_identifier(param.name))
+                param.buffer = tirx.decl_buffer(list(shape), pointer_storage_dtype(param.dtype),
+                                                c_identifier(param.name))
                 param.shaped = True
             text = None if shape is None else tuple(python_source(s, names) for s in shape)
             tensors[param.name] = AbiParam(param.name, "tensor", param.dtype.name, text, param.reads, param.writes)

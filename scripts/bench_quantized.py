@@ -1,0 +1,223 @@
+"""quantized_matmul beside torch.matmul on float16 weights, per weight type, at LLM decode and prefill shapes.
+
+    python scripts/bench_quantized.py                 # the table (a few minutes on an H100)
+    python scripts/bench_quantized.py --quick         # 1x8192x28672 and 16x8192x28672 only
+    python scripts/bench_quantized.py --configs       # sweep configurations at 1x and 128x8192x28672 (u4 g128)
+
+One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 weights, then per weight
+type (group 128 scales, float16 activations): our time, the *bandwidth floor* (bytes the kernel must
+read and write -- packed weights, scales, activations, output -- divided by the device-to-device copy
+bandwidth measured in this run), our share of it (floor / ours: 100% = at copy speed), and the speed-up
+over torch.matmul. The last column is a published W4A16 kernel where the GPU host's Python has one: PyTorch's
+own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations, group 128), on the u4
+rows; the packages with Triton W4A16 kernels that were looked for (gemlite, torchao, vllm, auto_gptq) are
+reported as found or not. Every kernel is checked against a dequantise-then-matmul reference on the first
+columns before it is timed; timings are medians of CUDA-event times with L2 flushed before each call.
+
+Goals (issue 12): u4 g128 at 1x8192x28672 <= 46 us on an H100 (>= 85% of copy bandwidth); every width
+2-8 bits >= 80% of its floor; batch 64-256 at least torch.matmul's speed.
+"""
+import argparse
+import importlib
+import math
+import pathlib
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from tilus_tvm import dtypes, lowp  # noqa: E402
+from tilus_tvm.schedules.quantized_matmul import Config, choose_config, pack_weight, quantized_matmul  # noqa: E402
+
+TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "uint6b", "uint8", "float8_e4m3", "float6_e3m2", "float4_e2m1"]
+GROUP = 128
+DECODE = [(1, 8192, 28672), (16, 8192, 28672),
+          (1, 4096, 12288), (1, 4096, 11008), (1, 11008, 4096),  # 7B: fused qkv, gate/up, down
+          (1, 8192, 10240), (1, 28672, 8192)]  # 70B: fused qkv, down
+PREFILL = [(64, 8192, 28672), (128, 8192, 28672), (256, 8192, 28672), (64, 4096, 11008), (256, 4096, 11008)]
+QUICK = [(1, 8192, 28672), (16, 8192, 28672)]
+FLUSH = None
+
+
+def flush_l2():
+    global FLUSH
+    if FLUSH is None:
+        FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    FLUSH.zero_()
+
+
+def timed(fn, repeat: int = 30, warmup: int = 3) -> float:
+    """Median microseconds of fn(), L2 flushed before each call."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        flush_l2()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> float:
+    """Bytes per microsecond of torch.clone of 1 GiB (read + write)."""
+    x = torch.empty(1 << 29, dtype=torch.float16, device="cuda")
+    return 2 * x.numel() * 2 / timed(lambda: x.clone(), repeat=10)
+
+
+class Weights:
+    """Random codes of a type (finite values only), packed, with group scales; the values kept for checks."""
+
+    def __init__(self, name: str, k: int, n: int):
+        dtype = dtypes.as_dtype(name)
+        finite = torch.tensor([v for v in lowp.all_values(dtype) if math.isfinite(v)], dtype=torch.float32,
+                              device="cuda")
+        self.values = finite[torch.randint(0, len(finite), (k, n), device="cuda")]
+        self.packed = pack_weight(self.values, dtype, GROUP)
+        self.scales = ((torch.rand(k // GROUP, n, device="cuda") + 0.5) / math.sqrt(k)).half()
+        self.nbytes = self.packed.storage.numel() * 4 + self.scales.numel() * 2
+
+    def check(self, a, out, columns: int = 512):
+        w = self.values[:, :columns] * self.scales[:, :columns].float().repeat_interleave(GROUP, dim=0)
+        reference = a.float() @ w
+        error = (out[:, :columns].float() - reference).abs().max().item()
+        scale = reference.abs().max().item()
+        if not error <= 2e-2 * scale + 1e-3:
+            raise AssertionError(f"wrong result: max error {error:.3g} for outputs up to {scale:.3g}")
+
+
+def tinygemm(m: int, k: int, n: int):
+    """A timed call of torch's W4A16 tinygemm kernel (bfloat16, group 128), or None where it is missing."""
+    try:
+        a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        codes = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
+        try:  # torch >= 2.5: uint8 [n, k / 2], two codes a byte
+            packed_codes = (codes[:, ::2] << 4 | codes[:, 1::2]).to(torch.uint8)
+            packed = torch.ops.aten._convert_weight_to_int4pack(packed_codes, 8)
+        except Exception:  # noqa: BLE001 - older torch: int32 [n, k]
+            packed = torch.ops.aten._convert_weight_to_int4pack(codes, 8)
+        scales_and_zeros = torch.rand(k // GROUP, n, 2, dtype=torch.bfloat16, device="cuda")
+        call = lambda: torch.ops.aten._weight_int4pack_mm(a, packed, GROUP, scales_and_zeros)  # noqa: E731
+        call()
+        return call
+    except Exception as exc:  # noqa: BLE001 - the column is optional
+        print(f"# torch._weight_int4pack_mm unavailable: {type(exc).__name__}: {str(exc)[:120]}")
+        return None
+
+
+def triton_packages() -> str:
+    found = []
+    for name in ("gemlite", "torchao", "vllm", "auto_gptq"):
+        try:
+            importlib.import_module(name)
+            found.append(name)
+        except Exception:  # noqa: BLE001
+            continue
+    return ", ".join(found) if found else "none"
+
+
+def config_text(config: Config) -> str:
+    return (f"{config.warps}w {config.units_per_warp}u bm{config.block_m} s{config.split_k} p{config.prefetch}"
+            + (" staged" if config.stage_activations else ""))
+
+
+def run_ours(w: Weights, m: int, config=None):
+    """(microseconds, bytes moved, config) of quantized_matmul for a batch of m rows, checked first."""
+    a = torch.randn(m, w.packed.k, device="cuda").half()
+    out = torch.empty(m, w.packed.n, dtype=torch.float16, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    chosen = config or choose_config(m, w.packed.format, sms)
+    call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, config=chosen)  # noqa: E731
+    call()
+    w.check(a, out)
+    return timed(call), w.nbytes + a.numel() * 2 + out.numel() * 2, chosen
+
+
+def run_table(shapes, types, bandwidth):
+    by_weight: dict = {}
+    for m, k, n in shapes:
+        by_weight.setdefault((k, n), []).append(m)
+    baseline, ours = {}, {}
+    for (k, n), batches in by_weight.items():
+        for m in batches:
+            a = torch.randn(m, k, device="cuda").half()
+            w16 = torch.randn(k, n, device="cuda").half()
+            tiny = tinygemm(m, k, n)
+            baseline[(m, k, n)] = (timed(lambda: torch.matmul(a, w16)), timed(tiny) if tiny else None)
+            del w16
+        for name in types:
+            weights = Weights(name, k, n)  # one weight set at a time: the large ones take GBs to build
+            for m in batches:
+                try:
+                    ours[(m, k, n, name)] = run_ours(weights, m)
+                except Exception as exc:  # noqa: BLE001 - a failing row is reported, the table goes on
+                    ours[(m, k, n, name)] = exc
+            del weights
+            torch.cuda.empty_cache()
+    print(f"\n{'shape MxKxN':<18}{'weights':<14}{'MB moved':>9}{'floor us':>10}{'time us':>10}{'of floor':>10}"
+          f"{'vs torch':>10}{'vs tinygemm':>13}  config")
+    for m, k, n in shapes:
+        t_torch, t_tiny = baseline[(m, k, n)]
+        shape = f"{m}x{k}x{n}"
+        print(f"{shape:<18}{'float16 torch':<14}{m * k * 2e-6 + k * n * 2e-6 + m * n * 2e-6:9.1f}{'':>10}"
+              f"{t_torch:10.1f}{'':>10}{'1.00x':>10}")
+        if t_tiny is not None:
+            print(f"{'':<18}{'u4 tinygemm':<14}{'':>9}{'':>10}{t_tiny:10.1f}{'':>10}{t_torch / t_tiny:9.2f}x"
+                  f"{'1.00x':>13}  torch._weight_int4pack_mm, bf16")
+        for name in types:
+            result = ours[(m, k, n, name)]
+            if isinstance(result, Exception):
+                print(f"{'':<18}{name:<14}  FAILED: {type(result).__name__}: {str(result)[:150]}")
+                continue
+            t_ours, nbytes, config = result
+            floor = nbytes / bandwidth
+            tiny_text = f"{t_tiny / t_ours:12.2f}x" if (t_tiny and name == "uint4b") else f"{'-':>13}"
+            print(f"{'':<18}{name:<14}{nbytes / 1e6:9.1f}{floor:10.1f}{t_ours:10.1f}{floor / t_ours:10.0%}"
+                  f"{t_torch / t_ours:9.2f}x{tiny_text}  {config_text(config)}")
+
+
+def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672):
+    """Configurations at m x k x n (u4 g128), fastest first."""
+    w = Weights("uint4b", k, n)
+    results = []
+    candidates = [Config(warps=warps, units_per_warp=units, block_m=8 if m <= 8 else 16, split_k=split,
+                         prefetch=prefetch)
+                  for warps in (4, 8) for units in (1, 2, 4) for split in (1, 2, 4) for prefetch in (1, 2)]
+    if m > 16:
+        candidates = [Config(warps=warps, units_per_warp=units, block_m=block_m, stage_activations=True, stages=3,
+                             scale_weights=True) for warps in (4, 8) for units in (1, 2) for block_m in (32, 64, 128)]
+    for config in candidates:
+        try:
+            t_ours, nbytes, _ = run_ours(w, m, config)
+            results.append((t_ours, nbytes, config))
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            print(f"# {config}: {type(exc).__name__}: {str(exc)[:160]}")
+    print(f"\n{m}x{k}x{n} u4 g128")
+    for t_ours, nbytes, config in sorted(results, key=lambda r: r[0]):
+        print(f"{t_ours:8.1f} us {nbytes / bandwidth / t_ours:6.0%} of floor  {config}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the two 8192x28672 decode shapes only")
+    parser.add_argument("--configs", action="store_true", help="sweep configurations at 1x8192x28672")
+    parser.add_argument("--types", default=",".join(TYPES), help="comma-separated weight types")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    props = torch.cuda.get_device_properties(0)
+    bandwidth = copy_bandwidth()
+    print(f"# {props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}; copy bandwidth "
+          f"{bandwidth / 1e6:.2f} TB/s; Triton W4A16 packages importable: {triton_packages()}")
+    if args.configs:
+        sweep(bandwidth)
+        sweep(bandwidth, m=128)
+        return
+    run_table(QUICK if args.quick else DECODE + PREFILL, args.types.split(","), bandwidth)
+
+
+if __name__ == "__main__":
+    main()

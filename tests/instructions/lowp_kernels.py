@@ -1,0 +1,136 @@
+"""Kernels over packed low-precision tensors, shared by the CPU lowering tests and the GPU tests."""
+import tilus_tvm as tilus
+from tilus_tvm import float16, float32, int32
+
+
+def cast_copy(src_dtype, dst_dtype, rows: int, cols: int, warps: int = 4, layout=None):
+    """y[m, cols] = cast(x[m, cols]) in tiles of ``rows`` rows: loads and stores of either side may be packed."""
+
+    class CastCopy(tilus.Script):
+        def __call__(self, m: int32, x_ptr: ~src_dtype, y_ptr: ~dst_dtype):
+            self.attrs.blocks = self.utils.ceil_div(m, rows)
+            self.attrs.warps = warps
+            gx = self.global_view(x_ptr, dtype=src_dtype, shape=[m, cols])
+            gy = self.global_view(y_ptr, dtype=dst_dtype, shape=[m, cols])
+            x = self.load_global(gx, offsets=[self.blockIdx.x * rows, 0], shape=[rows, cols], layout=layout)
+            self.store_global(gy, self.cast(x, dst_dtype), offsets=[self.blockIdx.x * rows, 0])
+
+    return CastCopy()
+
+
+def shared_round_trip(dtype, rows: int, cols: int, warps: int = 4):
+    """y = x through a shared tensor of ``dtype`` (stored by one layout, loaded with its transpose's)."""
+
+    class SharedRoundTrip(tilus.Script):
+        def __call__(self, x_ptr: ~dtype, y_ptr: ~dtype):
+            self.attrs.blocks = 1
+            self.attrs.warps = warps
+            gx = self.global_view(x_ptr, dtype=dtype, shape=[rows, cols])
+            gy = self.global_view(y_ptr, dtype=dtype, shape=[rows, cols])
+            s = self.shared_tensor(dtype=dtype, shape=[rows, cols])
+            self.store_shared(s, self.load_global(gx, offsets=[0, 0], shape=[rows, cols]))
+            self.sync()
+            self.store_global(gy, self.load_shared(s), offsets=[0, 0])
+
+    return SharedRoundTrip()
+
+
+def column_runs_layout(rows: int, cols: int, warps: int):
+    """A layout whose slots run down columns (dimension 0): no thread holds consecutive elements of a
+    row, so packed loads and stores take the element-by-element path."""
+    from tilus_tvm.layout import local, spatial
+
+    threads = warps * 32
+    assert threads % cols == 0 and rows * cols % threads == 0, (rows, cols, threads)
+    return spatial(threads // cols, cols).local(rows * cols // threads, 1)
+
+
+def view_words(dtype, out_dtype, words_per_thread: int, warps: int = 4):
+    """Each thread loads ``words_per_thread`` int32 words, views them as ``dtype`` codes (a layout with
+    the codes of a thread consecutive along the last dimension), casts and stores [threads, codes]."""
+    from tilus_tvm.layout import local, spatial
+
+    threads = warps * 32
+    codes = words_per_thread * 32 // dtype.nbits
+
+    class ViewWords(tilus.Script):
+        def __call__(self, w_ptr: ~int32, y_ptr: ~out_dtype):
+            self.attrs.blocks = 1
+            self.attrs.warps = warps
+            gw = self.global_view(w_ptr, dtype=int32, shape=[threads, words_per_thread])
+            gy = self.global_view(y_ptr, dtype=out_dtype, shape=[threads, codes])
+            w = self.load_global(gw, offsets=[0, 0], shape=[threads, words_per_thread],
+                                 layout=spatial(threads, 1).local(1, words_per_thread))
+            q = self.view(w, dtype=dtype, layout=spatial(threads, 1).local(1, codes))
+            self.store_global(gy, self.cast(q, out_dtype), offsets=[0, 0])
+
+    return ViewWords()
+
+
+def relayout(dtype, rows: int, cols: int, warps: int = 4, init=None):
+    """y = x, the tile loaded in one layout and assigned into a tensor of another (a packed layout
+    conversion through shared memory); with ``init``, y is that register tensor's init instead."""
+    from tilus_tvm.layout import spatial
+
+    threads = warps * 32
+    first = spatial(threads // 8, 8).local(rows * 8 // threads, cols // 8)
+    second = column_runs_layout(rows, cols, warps)
+
+    class Relayout(tilus.Script):
+        def __call__(self, x_ptr: ~dtype, y_ptr: ~dtype):
+            self.attrs.blocks = 1
+            self.attrs.warps = warps
+            gx = self.global_view(x_ptr, dtype=dtype, shape=[rows, cols])
+            gy = self.global_view(y_ptr, dtype=dtype, shape=[rows, cols])
+            if init is None:
+                y = self.register_tensor(dtype=dtype, shape=[rows, cols], layout=second)
+                self.assign(y, self.load_global(gx, offsets=[0, 0], shape=[rows, cols], layout=first))
+            else:
+                y = self.register_tensor(dtype=dtype, shape=[rows, cols], layout=second, init=init)
+            self.store_global(gy, y, offsets=[0, 0])
+
+    return Relayout()
+
+
+def every_code(types, threads: int = 128, codes_per_thread: int = 8):
+    """One kernel for many types (unrolled over ``types``): for type ``t`` (index ``i``), each thread
+    views its ``t.nbits`` input bytes ``w[i]`` as 8 codes and stores them cast to float32, float16 and
+    bfloat16; and casts its 8 float32 / float16 probes ``p32[i]`` / ``p16[i]`` into ``t``, storing the
+    codes' bytes (the packing of :mod:`tilus_tvm.lowp`) in ``e32[i]`` / ``e16[i]``."""
+    from tilus_tvm import bfloat16, uint8
+    from tilus_tvm.layout import spatial
+
+    count, width = len(types), max(t.nbits for t in types)
+    codes_layout = spatial(threads, 1).local(1, codes_per_thread)
+
+    class EveryCode(tilus.Script):
+        def __call__(self, w_ptr: ~uint8, p32_ptr: ~float32, p16_ptr: ~float16, f32_ptr: ~float32,
+                     f16_ptr: ~float16, bf16_ptr: ~bfloat16, e32_ptr: ~uint8, e16_ptr: ~uint8):
+            self.attrs.blocks = 1
+            self.attrs.warps = threads // 32
+            gw = self.global_view(w_ptr, dtype=uint8, shape=[count, threads, width])
+            gp32 = self.global_view(p32_ptr, dtype=float32, shape=[count, threads, codes_per_thread])
+            gp16 = self.global_view(p16_ptr, dtype=float16, shape=[count, threads, codes_per_thread])
+            gf32 = self.global_view(f32_ptr, dtype=float32, shape=[count, threads, codes_per_thread])
+            gf16 = self.global_view(f16_ptr, dtype=float16, shape=[count, threads, codes_per_thread])
+            gbf16 = self.global_view(bf16_ptr, dtype=bfloat16, shape=[count, threads, codes_per_thread])
+            ge32 = self.global_view(e32_ptr, dtype=uint8, shape=[count, threads, width])
+            ge16 = self.global_view(e16_ptr, dtype=uint8, shape=[count, threads, width])
+            for i, dtype in enumerate(types):
+                bytes_layout = spatial(threads, 1).local(1, dtype.nbits)
+                w = self.load_global(gw, offsets=[i, 0, 0], shape=[threads, dtype.nbits], dims=[1, 2],
+                                     layout=bytes_layout)
+                q = self.view(w, dtype=dtype, layout=codes_layout)
+                self.store_global(gf32, self.cast(q, float32), offsets=[i, 0, 0], dims=[1, 2])
+                self.store_global(gf16, self.cast(q, float16), offsets=[i, 0, 0], dims=[1, 2])
+                self.store_global(gbf16, self.cast(q, bfloat16), offsets=[i, 0, 0], dims=[1, 2])
+                p32 = self.load_global(gp32, offsets=[i, 0, 0], shape=[threads, codes_per_thread], dims=[1, 2],
+                                       layout=codes_layout)
+                p16 = self.load_global(gp16, offsets=[i, 0, 0], shape=[threads, codes_per_thread], dims=[1, 2],
+                                       layout=codes_layout)
+                e32 = self.view(self.cast(p32, dtype), dtype=uint8, layout=bytes_layout)
+                e16 = self.view(self.cast(p16, dtype), dtype=uint8, layout=bytes_layout)
+                self.store_global(ge32, e32, offsets=[i, 0, 0], dims=[1, 2])
+                self.store_global(ge16, e16, offsets=[i, 0, 0], dims=[1, 2])
+
+    return EveryCode()

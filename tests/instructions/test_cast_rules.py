@@ -1,0 +1,165 @@
+"""The conversion rules of ``cast`` (tilus_tvm/instructions/cast_rules.py) compiled for the CPU and run on
+every code of every type of at most 8 bits, against tilus_tvm.lowp's reference."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as Tb
+
+from tilus_tvm import dtypes, lowp
+from tilus_tvm.dtypes import float_type, int_type
+from tilus_tvm.instructions import cast_rules as rules
+
+INTEGERS = [int_type(bits, signed) for bits in range(1, 9) for signed in (True, False)]
+FLOATS = [dtypes.float8_e4m3, dtypes.float8_e5m2, dtypes.float8_e8m0, dtypes.float6_e3m2, dtypes.float6_e2m3,
+          dtypes.float4_e2m1, float_type(1, 1), float_type(3, 4), float_type(2, 2), float_type(3, 3, signed=False),
+          float_type(1, 6), float_type(5, 1)]
+LOW_PRECISION = INTEGERS + FLOATS
+
+
+def run_cpu(build, inputs: dict, outputs: dict):
+    """Compile ``build(buffers)`` (a loop body over index i < n) for llvm and run it on numpy arrays."""
+    n = len(next(iter(inputs.values())))
+    with IRBuilder() as ib:
+        with Tb.prim_func():
+            Tb.func_name("main")
+            buffers = {name: Tb.arg(name, Tb.buffer((len(a),), str(a.dtype))) for name, a in {**inputs, **outputs}.items()}
+            with Tb.serial(0, n) as i:
+                for name, value in build(buffers, i).items():
+                    Tb.buffer_store(buffers[name], value, [i])
+    func = ib.get()
+    module = tvm.compile(func, target="llvm", tir_pipeline="tirx")
+    arrays = {**inputs, **{k: v.copy() for k, v in outputs.items()}}
+    module["main"](*[arrays[name] for name in [*inputs, *outputs]])
+    return {name: arrays[name] for name in outputs}
+
+
+def expected_f32(dtype):
+    return np.array(lowp.all_values(dtype), dtype=np.float64).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION, ids=str)
+def test_decode_every_code(dtype):
+    codes = np.arange(1 << dtype.nbits, dtype=np.uint32)
+    if dtype.is_integer:
+        out = run_cpu(lambda b, i: {"v": rules.decode_int(b["c"][i], dtype)}, {"c": codes},
+                      {"v": np.zeros(len(codes), np.int32)})["v"]
+        assert out.tolist() == list(lowp.all_values(dtype))
+    else:
+        out = run_cpu(lambda b, i: {"v": rules.decode_float(b["c"][i], dtype)}, {"c": codes},
+                      {"v": np.zeros(len(codes), np.float32)})["v"]
+        np.testing.assert_array_equal(out, expected_f32(dtype))  # NaN where the reference has NaN
+        assert (np.signbit(out) == np.signbit(expected_f32(dtype))).all()  # -0 included
+
+
+def probe_values(dtype) -> np.ndarray:
+    """Every finite value of the type, the midpoints of neighbours and just around them, beyond the range,
+    infinities, NaN, signed zeros and random values of every magnitude (as float32)."""
+    finite = sorted({v for v in lowp.all_values(dtype) if math.isfinite(v)})
+    values = list(finite)
+    for a, b in zip(finite, finite[1:]):
+        middle = (a + b) / 2
+        values += [middle, np.nextafter(np.float32(middle), np.float32(np.inf)),
+                   np.nextafter(np.float32(middle), np.float32(-np.inf))]
+    top = max(abs(v) for v in finite)
+    values += [top * 1.01, top * 4, 3e38, -3e38, math.inf, -math.inf, math.nan, 0.0, -0.0, 1e-45, -1e-45, 1e-30]
+    rng = np.random.default_rng(dtype.nbits)
+    values += list(rng.standard_normal(2000) * np.exp2(rng.integers(-20, 20, 2000)))
+    values += [-v for v in values]
+    with np.errstate(over="ignore"):  # beyond float32: infinities, which must saturate too
+        return np.array(values, dtype=np.float32)
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION, ids=str)
+def test_encode_floats(dtype):
+    values = probe_values(dtype)
+    encode = rules.encode_float if dtype.is_float else rules.encode_int
+    out = run_cpu(lambda b, i: {"c": encode(b["x"][i], dtype)}, {"x": values},
+                  {"c": np.zeros(len(values), np.uint32)})["c"]
+    reference = lowp.encode(torch.from_numpy(values.astype(np.float64)), dtype).numpy()
+    bad = np.nonzero(out != reference)[0]
+    assert bad.size == 0, [(float(values[j]), int(out[j]), int(reference[j])) for j in bad[:8]]
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=str)
+@pytest.mark.parametrize("source", ["int32", "int8", "uint8", "int64"])
+def test_encode_integers_saturate(dtype, source):
+    info = np.iinfo(source)
+    candidates = {info.min, info.max, 0, 1, -1, 200, -200, *range(-130, 130)}
+    values = np.array(sorted(v for v in candidates if info.min <= v <= info.max), dtype=source)
+    out = run_cpu(lambda b, i: {"c": rules.encode_int(b["x"][i], dtype)}, {"x": values},
+                  {"c": np.zeros(len(values), np.uint32)})["c"]
+    reference = lowp.encode(torch.from_numpy(values.astype(np.float64)), dtype).numpy()
+    assert out.tolist() == reference.tolist()
+
+
+def half_bits(values, half: str) -> np.ndarray:
+    """The 16-bit patterns of exact values (as the GPU would hold them), NaN as a canonical NaN."""
+    f32 = np.asarray(values, dtype=np.float64).astype(np.float32)
+    if half == "float16":
+        return f32.astype(np.float16).view(np.uint16).astype(np.uint32)
+    return (f32.view(np.uint32) >> 16).astype(np.uint32)
+
+
+def check_pairs(half, dtype, pair):
+    """``pair(buffers, i) -> bits`` converts codes (c0[i], c1[i]); compare both lanes with lowp."""
+    count = 1 << dtype.nbits
+    c0 = np.arange(count, dtype=np.uint32)
+    c1 = ((c0 * 7 + 3) % count).astype(np.uint32)
+    out = run_cpu(lambda b, i: {"h": pair(b, i)}, {"c0": c0, "c1": c1}, {"h": np.zeros(count, np.uint32)})["h"]
+    values = np.array(lowp.all_values(dtype), dtype=np.float64)
+    for lane, codes in enumerate((c0, c1)):
+        got = (out >> (16 * lane)) & 0xFFFF
+        want = half_bits(values[codes], half)
+        nan = np.isnan(values[codes])
+        got_f = got.astype(np.uint16).view(np.float16) if half == "float16" else (got << 16).view(np.float32)
+        assert np.isnan(got_f[nan]).all()
+        assert got[~nan].tolist() == want[~nan].tolist(), (dtype, lane)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_int4_pair_prmt_lop3(signed):
+    dtype = int_type(4, signed)
+    ops = rules.PortableOps()
+
+    def pair(b, i):  # the two codes as byte 1 of a word whose other bytes are noise
+        word = (b["c0"][i] | (b["c1"][i] << tirx.const(4, "uint32"))) << tirx.const(8, "uint32")
+        word = word | tirx.const(0xA5000077, "uint32")
+        return rules.int4_pair(ops, word, 1, signed)
+
+    check_pairs("float16", dtype, pair)
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", [t for t in INTEGERS if t.nbits < 8], ids=str)
+def test_int_pair_magic_number(half, dtype):
+    check_pairs(half, dtype, lambda b, i: rules.int_pair(rules.PortableOps(), [b["c0"][i], b["c1"][i]], dtype, half))
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_float_pair_fields(half, dtype):
+    if not rules.float_pair_supported(dtype, half):
+        pytest.skip(f"{dtype.name} -> {half} takes the generic path")
+    check_pairs(half, dtype, lambda b, i: rules.float_pair(rules.PortableOps(), [b["c0"][i], b["c1"][i]], dtype, half))
+
+
+def test_pair_paths_cover_the_listed_types():
+    """The quantized-matmul weight types all have a paired fast path into float16."""
+    for dtype in (dtypes.uint4b, dtypes.int4b, dtypes.uint2b, dtypes.uint3b, dtypes.uint6b, dtypes.int3b):
+        assert dtype.nbits < 8 and dtype.is_integer
+    for dtype in (dtypes.float8_e4m3, dtypes.float8_e5m2, dtypes.float6_e3m2, dtypes.float6_e2m3, dtypes.float4_e2m1):
+        assert rules.float_pair_supported(dtype, "float16")
+    assert not rules.float_pair_supported(dtypes.float8_e8m0, "float16")
+    assert not rules.float_pair_supported(dtypes.float8_e5m2, "bfloat16")  # its infinities need 5 exponent bits
+
+
+def test_float_to_int_rounds_half_even_and_saturates():
+    values = np.array([2.5, 3.5, -2.5, 1e10, -1e10, np.nan, 7.49, -0.5], dtype=np.float32)
+    out = run_cpu(lambda b, i: {"v": rules.float_to_int(b["x"][i], dtypes.int32)}, {"x": values},
+                  {"v": np.zeros(len(values), np.int32)})["v"]
+    assert out.tolist() == [2, 4, -2, 2**31 - 1, -2**31, 0, 7, 0]

@@ -1,0 +1,125 @@
+"""Packed low-precision tensors on the GPU, against tilus_tvm.lowp: every code of every type of at most
+8 bits through cast (to and from float32/float16/bfloat16), and loads, stores, shared memory, views,
+layout conversions and initialisation on ragged tiles. Outputs start poisoned (NaN / 0xFF)."""
+import numpy as np
+import pytest
+import torch
+
+from tilus_tvm import dtypes, lowp
+from tilus_tvm.dtypes import float_type
+from tests.instructions import lowp_kernels as K
+from tests.instructions.test_cast_rules import probe_values
+
+pytestmark = pytest.mark.gpu
+
+TYPES = [t for t in dtypes.registered_dtypes() if lowp.is_low_precision(t)] + \
+    [float_type(1, 1), float_type(3, 4), float_type(3, 3, signed=False)]
+THREADS, CODES = 128, 8
+
+
+def packed(codes: torch.Tensor, dtype) -> torch.Tensor:
+    return lowp.pack_codes(codes, dtype.nbits)
+
+
+def test_every_code_of_every_type_through_cast():
+    count = len(TYPES)
+    w = torch.zeros(count, THREADS, 8, dtype=torch.uint8)
+    p32 = torch.empty(count, THREADS, CODES)
+    codes = torch.empty(count, THREADS, CODES, dtype=torch.int64)
+    for i, dtype in enumerate(TYPES):
+        codes[i] = torch.arange(THREADS * CODES).reshape(THREADS, CODES) % (1 << dtype.nbits)
+        w[i, :, :dtype.nbits] = packed(codes[i], dtype).reshape(THREADS, dtype.nbits)
+        probes = torch.from_numpy(probe_values(dtype))
+        p32[i] = probes[torch.randperm(len(probes))[:THREADS * CODES]].reshape(THREADS, CODES)
+    p16 = p32.clamp(-65504, 65504).to(torch.float16)
+    p16[:, 0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0], dtype=torch.float16)
+    outputs = [torch.full((count, THREADS, CODES), float("nan"), dtype=t, device="cuda")
+               for t in (torch.float32, torch.float16, torch.bfloat16)]
+    encoded = [torch.full((count, THREADS, 8), 0xFF, dtype=torch.uint8, device="cuda") for _ in range(2)]
+    K.every_code(TYPES)(w.cuda(), p32.cuda(), p16.cuda(), *outputs, *encoded)
+    f32, f16, bf16 = (t.cpu() for t in outputs)
+    e32, e16 = (t.cpu() for t in encoded)
+    for i, dtype in enumerate(TYPES):
+        values = lowp.decode(codes[i], dtype).to(torch.float32)
+        for got, torch_dtype in ((f32[i], torch.float32), (f16[i], torch.float16), (bf16[i], torch.bfloat16)):
+            want = values.to(torch_dtype)
+            assert torch.equal(torch.isnan(got), torch.isnan(want)), (dtype, torch_dtype)
+            same = torch.isnan(want) | ((got == want) & (torch.signbit(got) == torch.signbit(want)))
+            assert same.all(), (dtype, torch_dtype, codes[i][~same][:6].tolist(), got[~same][:6].tolist())
+        for got, probes in ((e32[i], p32[i]), (e16[i], p16[i])):
+            want = lowp.encode(probes, dtype).to(torch.int64)
+            got_codes = torch.stack([lowp.unpack_codes(row[:dtype.nbits].contiguous(), dtype.nbits, CODES)
+                                     for row in got]).to(torch.int64)
+            bad = got_codes != want
+            assert not bad.any(), (dtype, probes[bad][:6].tolist(), got_codes[bad][:6].tolist(), want[bad][:6].tolist())
+
+
+def random_packed(dtype, numel: int) -> torch.Tensor:
+    codes = torch.randint(0, 1 << dtype.nbits, (numel,))
+    return packed(codes, dtype).cuda()
+
+
+@pytest.mark.parametrize("name", ["uint4b", "float6_e3m2", "int1b", "float8_e5m2"])
+def test_packed_global_round_trip_ragged(name):
+    dtype = dtypes.as_dtype(name)
+    m, cols = 100, 64  # 4 blocks of 32 rows, the last one partly outside
+    x = random_packed(dtype, m * cols)
+    if dtype.torch_name is not None:
+        x = x.view(dtype.torch_dtype)
+    y = torch.full_like(x.view(torch.uint8), 0xFF).view(x.dtype)
+    K.cast_copy(dtype, dtype, rows=32, cols=64)(m, x, y)
+    assert torch.equal(y.view(torch.uint8), x.view(torch.uint8))
+
+
+@pytest.mark.parametrize("name", ["int5b", "uint3b"])
+def test_element_by_element_loads_and_atomic_stores(name):
+    """A layout whose slots run down columns: every element read from its bytes, written with atomics
+    into bytes other threads write too (5-bit elements straddle words)."""
+    dtype = dtypes.as_dtype(name)
+    layout = K.column_runs_layout(32, 64, 4)
+    m = 70
+    x = random_packed(dtype, m * 64)
+    y = torch.full_like(x, 0xFF)
+    K.cast_copy(dtype, dtype, rows=32, cols=64, layout=layout)(m, x, y)
+    assert torch.equal(y, x)
+
+
+def test_u4_to_f16_and_back_on_ragged_tiles():
+    m = 77
+    codes = torch.randint(0, 16, (m, 64))
+    x = packed(codes, dtypes.uint4b).cuda()
+    y = torch.full((m, 64), float("nan"), dtype=torch.float16, device="cuda")
+    K.cast_copy(dtypes.uint4b, dtypes.float16, rows=32, cols=64)(m, x, y)
+    assert torch.equal(y.cpu(), codes.to(torch.float16))
+    values = (torch.randn(m, 64) * 6).to(torch.float16)
+    z = torch.full((dtypes.uint4b.storage_bytes(m * 64),), 0xFF, dtype=torch.uint8, device="cuda")
+    K.cast_copy(dtypes.float16, dtypes.uint4b, rows=32, cols=64)(m, values.cuda(), z)
+    assert torch.equal(z.cpu(), packed(lowp.encode(values, dtypes.uint4b), dtypes.uint4b))
+
+
+@pytest.mark.parametrize("name", ["uint4b", "float6_e3m2"])
+def test_shared_round_trip(name):
+    dtype = dtypes.as_dtype(name)
+    x = random_packed(dtype, 32 * 64)
+    y = torch.full_like(x, 0xFF)
+    K.shared_round_trip(dtype, 32, 64)(x, y)
+    assert torch.equal(y, x)
+
+
+def test_view_words_as_u4_codes():
+    words = torch.randint(-2**31, 2**31 - 1, (128, 4), dtype=torch.int32)
+    y = torch.full((128, 32), float("nan"), dtype=torch.float16, device="cuda")
+    K.view_words(dtypes.uint4b, dtypes.float16, words_per_thread=4)(words.cuda(), y)
+    codes = lowp.unpack_codes(words.view(torch.uint8).reshape(-1), 4, 128 * 32).reshape(128, 32)
+    assert torch.equal(y.cpu(), codes.to(torch.float16))
+
+
+def test_layout_conversion_and_init_of_packed_tensors():
+    x = random_packed(dtypes.int4b, 32 * 64)
+    y = torch.full_like(x, 0xFF)
+    K.relayout(dtypes.int4b, 32, 64)(x, y)
+    assert torch.equal(y, x)
+    K.relayout(dtypes.int4b, 32, 64, init=lambda i, j: i - j)(x, y)
+    rows, cols = torch.meshgrid(torch.arange(32), torch.arange(64), indexing="ij")
+    want = lowp.encode((rows - cols).to(torch.float64), dtypes.int4b)  # saturated to [-8, 7]
+    assert torch.equal(y.cpu(), packed(want, dtypes.int4b))

@@ -1,0 +1,160 @@
+"""Packed low-precision tensors in kernels, lowered and compiled on the CPU: pointer parameters,
+loads and stores (runs and element by element), shared memory, casts and their fast paths, views,
+layout conversions and initialisation. The numbers are checked on a GPU in test_lowp_gpu.py."""
+import re
+
+import pytest
+import torch
+import tvm
+
+import tilus_tvm as tilus
+from tilus_tvm import dtypes
+from tilus_tvm.errors import LaunchError, ScriptError
+from tilus_tvm.lowp import storage_torch_dtypes
+from tests.instructions import lowp_kernels as K
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path):
+    tilus.set_cache_dir(tmp_path)
+    yield
+    tilus.set_cache_dir(None)
+
+
+def tensor_for(dtype, numel: int):
+    """A CPU tensor that a ~dtype parameter takes, holding ``numel`` elements."""
+    dtype = dtypes.as_dtype(dtype)
+    torch_dtype = storage_torch_dtypes(dtype)[0]
+    count = numel if torch_dtype != torch.uint8 or dtype.nbits == 8 else dtype.storage_bytes(numel)
+    return torch.zeros(count, dtype=torch_dtype)
+
+
+def compiled(kernel, *args, target="sm_90"):
+    return kernel.compile(*args, target=target)
+
+
+def ptx_of(kernel, *args, target="sm_90"):
+    """The PTX, after building a cubin too (ptxas checks the inline assembly)."""
+    from tvm.support import nvcc
+
+    source = compiled(kernel, *args, target=target).cuda_source
+    arch = target
+    with tvm.target.Target({"kind": "cuda", "arch": arch}, host="llvm"):
+        nvcc.compile_cuda(source, target_format="cubin", arch=arch, compiler="nvcc")
+        return nvcc.compile_cuda(source, target_format="ptx", arch=arch, compiler="nvcc").decode()
+
+
+CASTS = [("uint4b", "float16"), ("int4b", "float16"), ("uint2b", "bfloat16"), ("int3b", "float16"),
+         ("uint6b", "float32"), ("float4_e2m1", "bfloat16"), ("float6_e3m2", "float16"), ("float8_e4m3", "float16"),
+         ("float8_e5m2", "float32"), ("float8_e8m0", "float32"), ("float16", "uint4b"), ("float32", "int6b"),
+         ("float16", "float8_e4m3"), ("bfloat16", "float6_e2m3"), ("uint4b", "int2b"), ("float32", "uint8")]
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("src,dst", CASTS, ids=[f"{a}-{b}" for a, b in CASTS])
+def test_cast_copy_lowers(src, dst, target):
+    kernel = K.cast_copy(dtypes.as_dtype(src), dtypes.as_dtype(dst), rows=32, cols=64)
+    source = compiled(kernel, 100, tensor_for(src, 100 * 64), tensor_for(dst, 100 * 64), target=target).cuda_source
+    assert "cast_copy_kernel" in source
+    if dtypes.as_dtype(src).nbits < 8:  # a sub-byte parameter is its bytes
+        assert re.search(r"uchar\* __restrict__ x_ptr", source)
+
+
+def test_u4_to_f16_is_prmt_lop3_fma_and_vector_loads():
+    kernel = K.cast_copy(dtypes.uint4b, dtypes.float16, rows=32, cols=64)
+    ptx = ptx_of(kernel, 100, tensor_for("uint4b", 6400), tensor_for("float16", 6400))
+    assert "prmt.b32" in ptx and "lop3.b32" in ptx and "fma.rn.f16x2" in ptx
+    assert re.search(r"ld\.global(\.nc)?\.v2\.[ub]32", ptx)  # 16 codes a thread: 8 bytes at once
+    assert "cvt.rn.f16.f32" not in ptx  # no element went through float32
+
+
+def test_fp8_uses_cvt_from_sm_89_and_bit_placement_before():
+    kernel = K.cast_copy(dtypes.float8_e4m3, dtypes.float16, rows=32, cols=64)
+    args = (100, tensor_for("float8_e4m3", 6400), tensor_for("float16", 6400))
+    assert "cvt.rn.f16x2.e4m3x2" in ptx_of(kernel, *args, target="sm_90")
+    sm80 = ptx_of(kernel, *args, target="sm_80")
+    assert "e4m3" not in sm80 and "fma.rn.f16x2" in sm80  # fields placed, then one paired multiply
+    back = K.cast_copy(dtypes.float32, dtypes.float8_e4m3, rows=32, cols=64)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in ptx_of(back, 100, tensor_for("float32", 6400),
+                                                   tensor_for("float8_e4m3", 6400))
+
+
+def test_element_by_element_loads_and_atomic_stores():
+    layout = K.column_runs_layout(32, 64, 4)
+    kernel = K.cast_copy(dtypes.uint3b, dtypes.uint3b, rows=32, cols=64, layout=layout)
+    ptx = ptx_of(kernel, 100, tensor_for("uint3b", 6400), tensor_for("uint3b", 6400))
+    assert re.search(r"ld\.global(\.nc)?\.u8", ptx)  # one or two bytes per element
+    assert "atom.global.and.b32" in ptx and "atom.global.or.b32" in ptx
+
+
+def test_shared_round_trip_lowers():
+    for name in ("uint4b", "float6_e3m2", "int1b"):
+        kernel = K.shared_round_trip(dtypes.as_dtype(name), rows=32, cols=64)
+        ptx = ptx_of(kernel, tensor_for(name, 2048), tensor_for(name, 2048))
+        assert "st.shared" in ptx and "ld.shared" in ptx
+
+
+def test_view_words_as_codes():
+    kernel = K.view_words(dtypes.uint4b, dtypes.float16, words_per_thread=4)
+    ptx = ptx_of(kernel, torch.zeros(128, 4, dtype=torch.int32), torch.zeros(128, 32, dtype=torch.float16))
+    assert re.search(r"ld\.global(\.nc)?\.v4\.[ub]32", ptx)
+    program = str(kernel.tile_program(torch.zeros(128, 4, dtype=torch.int32), torch.zeros(128, 32, dtype=torch.float16),
+                                      target="sm_90"))
+    assert "register_view(x=" in program and "convert_layout" not in program
+
+
+def test_relayout_and_init_lower():
+    kernel = K.relayout(dtypes.int4b, 32, 64)
+    program = str(kernel.tile_program(tensor_for("int4b", 2048), tensor_for("int4b", 2048), target="sm_90"))
+    assert "convert_layout" in program
+    ptx_of(kernel, tensor_for("int4b", 2048), tensor_for("int4b", 2048))
+    for init in (-3, 2.5, lambda i, j: i - j):
+        ptx_of(K.relayout(dtypes.int4b, 32, 64, init=init), tensor_for("int4b", 2048), tensor_for("int4b", 2048))
+
+
+def test_packed_arguments_are_checked():
+    kernel = K.cast_copy(dtypes.uint4b, dtypes.float16, rows=32, cols=64)
+    with pytest.raises(LaunchError, match=r"x_ptr must be a uint4b tensor .*torch.uint8 tensor of its packed bytes"):
+        kernel.compile(10, torch.zeros(320, dtype=torch.float16), torch.zeros(640, dtype=torch.float16),
+                       target="sm_90")
+    fp8 = K.cast_copy(dtypes.float8_e4m3, dtypes.float16, rows=32, cols=64)
+    with pytest.raises(LaunchError, match="float8_e4m3"):
+        fp8.compile(10, torch.zeros(640, dtype=torch.uint8), torch.zeros(640, dtype=torch.float16), target="sm_90")
+
+
+def test_arithmetic_on_packed_tensors_is_refused():
+    class AddCodes(tilus.Script):
+        def __call__(self, x_ptr: ~dtypes.uint4b):
+            self.attrs.blocks = 1
+            self.attrs.warps = 1
+            gx = self.global_view(x_ptr, dtype=dtypes.uint4b, shape=[64])
+            x = self.load_global(gx, offsets=[0], shape=[64])
+            self.store_global(gx, x + 1, offsets=[0])
+
+    with pytest.raises(ScriptError, match=r"packed uint4b codes, which have no arithmetic; convert first"):
+        AddCodes().tile_program(tensor_for("uint4b", 64), target="sm_90")
+
+
+def test_view_checks_bits_and_threads():
+    from tilus_tvm.layout import local, spatial
+
+    class BadView(tilus.Script):
+        def __call__(self, w_ptr: ~dtypes.int32):
+            self.attrs.blocks = 1
+            self.attrs.warps = 1
+            gw = self.global_view(w_ptr, dtype=dtypes.int32, shape=[32, 2])
+            w = self.load_global(gw, offsets=[0, 0], shape=[32, 2], layout=spatial(32, 1).local(1, 2))
+            self.view(w, dtype=dtypes.uint4b, layout=spatial(32, 1).local(1, 8))
+
+    with pytest.raises(ScriptError, match=r"64 bits .* gives 8 slots of 4 bits = 32"):
+        BadView().tile_program(torch.zeros(64, dtype=torch.int32), target="sm_90")
+
+    class NoLayout(tilus.Script):
+        def __call__(self, w_ptr: ~dtypes.int32):
+            self.attrs.blocks = 1
+            self.attrs.warps = 1
+            gw = self.global_view(w_ptr, dtype=dtypes.int32, shape=[32])
+            self.view(self.load_global(gw, offsets=[0], shape=[32]), dtype=dtypes.uint4b)
+
+    with pytest.raises(ScriptError, match="needs layout="):
+        NoLayout().tile_program(torch.zeros(32, dtype=torch.int32), target="sm_90")

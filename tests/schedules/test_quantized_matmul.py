@@ -1,0 +1,201 @@
+"""quantized_matmul on the CPU: the packed weight layout (round trips for every width, agreement with
+the kernel's mma fragment layout), lowering and PTX of the kernel's paths, and every bad input refused
+before a launch. Numbers are checked on a GPU in test_quantized_matmul_gpu.py."""
+import math
+import re
+
+import pytest
+import torch
+
+import tilus_tvm as tilus
+from tilus_tvm import dtypes, lowp
+from tilus_tvm.errors import LaunchError, ScriptError
+from dataclasses import asdict
+
+from tilus_tvm.schedules.quantized_matmul import (Config, QuantizedMatmul, choose_config, kernel_layouts, pack_weight,
+                                                  quantize_weight, quantized_matmul)
+from tilus_tvm.schedules.quantized_weight import WeightFormat, dequantize, unit_layout
+
+WEIGHT_TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "uint6b", "uint8", "int8", "int1b", "int5b", "uint7b",
+                "float8_e4m3", "float8_e5m2", "float6_e3m2", "float6_e2m3", "float4_e2m1"]
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path):
+    tilus.set_cache_dir(tmp_path)
+    yield
+    tilus.set_cache_dir(None)
+
+
+def random_values(dtype, k, n, generator=None):
+    """Values of ``dtype`` (finite codes only) [k, n]."""
+    finite = torch.tensor([v for v in lowp.all_values(dtype) if math.isfinite(v)], dtype=torch.float32)
+    return finite[torch.randint(0, len(finite), (k, n), generator=generator)]
+
+
+@pytest.mark.parametrize("name", WEIGHT_TYPES)
+@pytest.mark.parametrize("k,n,group", [(256, 96, 128), (64, 40, 32), (96, 17, None), (128, 33, 64)])
+def test_pack_weight_round_trip(name, k, n, group):
+    dtype = dtypes.as_dtype(name)
+    w = random_values(dtype, k, n)
+    packed = pack_weight(w, dtype, group)
+    fmt = packed.format
+    assert packed.storage.dtype == torch.int32 and tuple(packed.storage.shape) == fmt.storage_shape
+    assert fmt.lane_bytes % 4 == 0 and fmt.vector_bytes in (4, 8, 16)
+    assert torch.equal(packed.codes(), lowp.encode(w, dtype))
+    assert packed.storage.numel() * 4 == math.ceil(n / (16 * fmt.units)) * 16 * fmt.units * k * dtype.nbits // 8
+
+
+def test_pack_weight_takes_packed_tensors_and_rounds_values():
+    w = torch.tensor([[0.4, 2.6], [7.5, -3.0]]).repeat(16, 8)  # [32, 16]
+    from_values = pack_weight(w, "uint4b", 32)
+    from_packed = pack_weight(tilus.from_torch(w, "uint4b"), "uint4b", 32)
+    assert torch.equal(from_values.storage, from_packed.storage)
+    assert from_values.codes()[:2, :2].tolist() == [[0, 3], [8, 0]]  # nearest even, saturated at 0
+
+
+@pytest.mark.parametrize("kt", [32, 64, 128])
+@pytest.mark.parametrize("warps,units,block_m", [(4, 2, 8), (2, 1, 16), (4, 4, 64), (8, 2, 8)])
+def test_packed_lanes_are_the_kernels_mma_fragments(kt, warps, units, block_m):
+    """Slot s of thread t in the kernel's A operand layout is the element pack_weight gave that lane
+    there: warp w's unit u, at the unit layout's position of (lane, s mod the unit's slots)."""
+    fmt = WeightFormat(dtypes.uint4b, 1024, 1024, kt)
+    _, a, x, b, _ = kernel_layouts(fmt, warps, units, block_m, dtypes.float16)
+    unit = unit_layout(kt)
+    for thread in range(warps * 32):
+        warp, lane = divmod(thread, 32)
+        for slot in range(a.local_size):
+            index, inner = divmod(slot, unit.local_size)
+            row, col = unit.logical(lane, inner)
+            assert a.logical(thread, slot) == (warp * units * 16 + index * 16 + row, col)
+    for thread in range(0, warps * 32, 7):  # the activations as loaded are the B operand transposed
+        for slot in range(b.local_size):
+            assert x.logical(thread, slot) == b.logical(thread, slot)[::-1]
+
+
+def test_quantize_weight_and_dequantize():
+    torch.manual_seed(0)
+    w = torch.randn(256, 64)
+    for name, zero_points in (("int4b", False), ("uint4b", True), ("float8_e4m3", False), ("uint8", True)):
+        packed, scales, zeros = quantize_weight(w, name, 64, zero_points=zero_points)
+        assert scales.shape == (4, 64) and scales.dtype == torch.float16
+        assert (zeros is not None) == zero_points
+        error = (dequantize(packed, scales, zeros) - w).abs().max()
+        step = scales.float().max() * (1 if dtypes.as_dtype(name).is_integer else 32)
+        assert error <= step, (name, float(error))
+
+
+def meta(*shape, dtype=torch.float16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def compile_kernel(fmt, m, config, zero_points=False, target="sm_90", dtype=torch.float16):
+    kernel = QuantizedMatmul(fmt, dtypes.as_dtype(dtype), zero_points, **asdict(config))
+    args = (m, torch.zeros(m, fmt.k, dtype=dtype), torch.zeros(fmt.storage_shape, dtype=torch.int32),
+            torch.zeros(fmt.groups, fmt.n, dtype=dtype), torch.zeros(fmt.groups, fmt.n, dtype=dtype),
+            torch.zeros(m, fmt.n, dtype=dtype), torch.zeros(config.split_k, m, fmt.n))
+    return kernel, kernel.compile(*args, target=target)
+
+
+def ptx(compiled, target):
+    import tvm
+    from tvm.support import nvcc
+
+    with tvm.target.Target({"kind": "cuda", "arch": target}, host="llvm"):
+        nvcc.compile_cuda(compiled.cuda_source, target_format="cubin", arch=target, compiler="nvcc")
+        return nvcc.compile_cuda(compiled.cuda_source, target_format="ptx", arch=target, compiler="nvcc").decode()
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90"])
+def test_decode_kernel_streams_weights_into_registers(target):
+    fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
+    kernel, compiled = compile_kernel(fmt, 1, choose_config(1, fmt), target=target)
+    program = str(kernel.tile_program(1, meta(1, 1024), meta(*fmt.storage_shape, dtype=torch.int32),
+                                      meta(8, 512), meta(8, 512), meta(1, 512), meta(1, dtype=torch.float32),
+                                      target=target))
+    assert "convert_layout" not in program and "shared_tensor" not in program
+    code = ptx(compiled, target)
+    assert re.search(r"ld\.global\.nc\.v4\.u32", code)  # 16-byte weight vectors
+    assert "prmt.b32" in code and "lop3.b32" in code and "fma.rn.f16x2" in code
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in code
+    assert "bar.sync" not in code  # nothing shared between warps
+
+
+@pytest.mark.parametrize("name,group,m,zero_points,dtype", [
+    ("int3b", 32, 5, True, torch.float16), ("float8_e4m3", None, 16, False, torch.bfloat16),
+    ("float6_e3m2", 64, 96, False, torch.float16), ("uint2b", 128, 200, True, torch.bfloat16),
+    ("float4_e2m1", 32, 1, False, torch.float16), ("uint8", 64, 3, True, torch.float16)])
+def test_kernel_paths_lower(name, group, m, zero_points, dtype):
+    fmt = WeightFormat(dtypes.as_dtype(name), 256, 200, group or 256)
+    config = choose_config(m, fmt)
+    kernel, compiled = compile_kernel(fmt, m, config, zero_points=zero_points, dtype=dtype)
+    code = ptx(compiled, "sm_90")
+    assert "mma.sync.aligned.m16n8k16" in code
+    if config.stage_activations:
+        assert "cp.async" in code and "ldmatrix" in code
+
+
+def test_split_k_writes_partials_and_sums_them():
+    from tilus_tvm.schedules.quantized_matmul import SplitKSum
+
+    fmt = WeightFormat(dtypes.uint4b, 8192, 28672, 128)
+    config = choose_config(1, fmt, multiprocessors=132)
+    assert config.split_k == 2 and config.block_m == 8  # 224 blocks of 128 channels: fewer than 2 per SM
+    assert choose_config(1, WeightFormat(dtypes.uint4b, 4096, 4096, 128), 132).split_k == 4
+    assert choose_config(256, fmt, 132).split_k == 1 and choose_config(256, fmt, 132).stage_activations
+    kernel, compiled = compile_kernel(fmt, 1, config)
+    program = str(kernel.tile_program(1, meta(1, 8192), meta(*fmt.storage_shape, dtype=torch.int32),
+                                      meta(64, 28672), meta(64, 28672), meta(1, 28672), meta(2, 1, 28672,
+                                                                                         dtype=torch.float32),
+                                      target="sm_90"))
+    assert "attrs.blocks = [(m_size + 8 - 1) // 8, 224, 2]" in program and "pointer=ws_ptr" in program
+    total = SplitKSum(2, dtypes.float16).compile(28672, torch.zeros(2, 28672), torch.zeros(28672, dtype=torch.float16),
+                                                 target="sm_90")
+    assert "split_k_sum" in total.cuda_source
+
+
+def test_bad_input_is_refused_before_launch():
+    w = random_values(dtypes.uint4b, 256, 64)
+    packed = pack_weight(w, "uint4b", 128)
+    a = torch.zeros(3, 256, dtype=torch.float16)
+    scales = torch.ones(2, 64, dtype=torch.float16)
+    with pytest.raises(LaunchError, match="packed for uint4b, dtype=int4b was asked for"):
+        quantized_matmul(a, packed, scales, dtype="int4b")
+    with pytest.raises(LaunchError, match="packed for group size 128, group_size=64"):
+        quantized_matmul(a, packed, scales, group_size=64)
+    with pytest.raises(LaunchError, match=r"scales has shape \[4, 64\], .* needs \[K / group, N\] = \[2, 64\]; "
+                                          r"4 rows would be groups of 64"):
+        quantized_matmul(a, packed, torch.ones(4, 64, dtype=torch.float16))
+    with pytest.raises(LaunchError, match=r"zeros has shape \[2, 32\]"):
+        quantized_matmul(a, packed, scales, torch.ones(2, 32, dtype=torch.float16))
+    with pytest.raises(LaunchError, match="must be a QuantizedWeight made by pack_weight"):
+        quantized_matmul(a, w, scales)
+    with pytest.raises(LaunchError, match=r"a must be a tensor \[..., K=256\]"):
+        quantized_matmul(torch.zeros(3, 128, dtype=torch.float16), packed, scales)
+    with pytest.raises(LaunchError, match="a must be float16 or bfloat16"):
+        quantized_matmul(a.float(), packed, scales)
+    with pytest.raises(LaunchError, match="scales must have a's dtype"):
+        quantized_matmul(a, packed, scales.float())
+    with pytest.raises(LaunchError, match="out must be a contiguous"):
+        quantized_matmul(a, packed, scales, out=torch.zeros(3, 65, dtype=torch.float16))
+    with pytest.raises(ScriptError, match="K=200 must be a multiple of the group size 128"):
+        pack_weight(torch.zeros(200, 16), "uint4b", 128)
+    with pytest.raises(ScriptError, match="group_size must be 32, 64, 128 or K=256"):
+        pack_weight(torch.zeros(256, 16), "uint4b", 96)
+    with pytest.raises(ScriptError, match="float16 .16 bits. is not a supported width"):
+        pack_weight(torch.zeros(256, 16), "float16", 128)
+    with pytest.raises(ScriptError, match="float8_e8m0 has values float16 or bfloat16 cannot hold"):
+        pack_weight(torch.zeros(256, 16), "float8_e8m0", 128)
+    with pytest.raises(ScriptError, match="must be 2-D"):
+        pack_weight(torch.zeros(256), "uint4b", 128)
+    fmt = WeightFormat(dtypes.int3b, 256, 64, 32)
+    with pytest.raises(ScriptError, match="units_per_warp=1 must be a positive multiple of 2"):
+        QuantizedMatmul(fmt, units_per_warp=1)
+    with pytest.raises(ScriptError, match="block_m=12 must be a positive multiple of 8"):
+        QuantizedMatmul(fmt, units_per_warp=2, block_m=12)
+    with pytest.raises(ScriptError, match="split_k=3 must divide the 8 k-steps"):
+        QuantizedMatmul(fmt, units_per_warp=2, split_k=3)
+    with pytest.raises(ScriptError, match="prefetch=3 must be 1 or 2"):
+        QuantizedMatmul(fmt, units_per_warp=2, prefetch=3)
+    with pytest.raises(LaunchError, match="config must be a tilus_tvm.schedules.quantized_matmul.Config"):
+        quantized_matmul(a, packed, scales, config=(4, 2, 8))

@@ -1,0 +1,71 @@
+"""quantized_matmul on the GPU against a torch reference (dequantise, then matmul in float32): every
+listed weight type, group sizes and per-channel scales, zero points, float16 and bfloat16, decode
+batches and staged large batches, shapes that are not multiples of the tiles; outputs NaN-poisoned."""
+import math
+
+import pytest
+import torch
+
+from tilus_tvm import dtypes, lowp
+from tilus_tvm.schedules.quantized_matmul import Config, pack_weight, quantized_matmul
+from tilus_tvm.schedules.quantized_weight import dequantize
+
+pytestmark = pytest.mark.gpu
+
+
+def random_weight(name, k, n, generator):
+    dtype = dtypes.as_dtype(name)
+    finite = torch.tensor([v for v in lowp.all_values(dtype) if math.isfinite(v)], dtype=torch.float32)
+    return finite[torch.randint(0, len(finite), (k, n), generator=generator)]
+
+
+def check(name, m, k, n, group, zero_points=False, dtype=torch.float16, seed=0, config=None):
+    generator = torch.Generator().manual_seed(seed)
+    w = random_weight(name, k, n, generator)
+    groups = k // (group or k)
+    packed = pack_weight(w.cuda(), name, group).to("cuda")
+    scales = (torch.rand(groups, n, generator=generator) + 0.5).div(math.sqrt(k)).to(dtype).cuda()
+    zeros = (torch.rand(groups, n, generator=generator) * 4).round().to(dtype).cuda() if zero_points else None
+    a = torch.randn(m, k, generator=generator).to(dtype).cuda()
+    out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+    quantized_matmul(a, packed, scales, zeros, out=out, config=config)
+    reference = a.float() @ dequantize(packed, scales, zeros)
+    scale = reference.abs().max().item()
+    torch.testing.assert_close(out.float(), reference, rtol=2e-2, atol=2e-2 * scale,
+                               msg=lambda text: f"{name} m={m} k={k} n={n} group={group}: {text}")
+
+
+@pytest.mark.parametrize("name", ["uint4b", "int4b", "uint2b", "uint3b", "uint6b", "uint8", "int8",
+                                  "float8_e4m3", "float8_e5m2", "float6_e3m2", "float6_e2m3", "float4_e2m1"])
+def test_every_listed_type_decode_batch(name):
+    check(name, m=3, k=512, n=200, group=128)
+
+
+@pytest.mark.parametrize("m,k,n,group", [(1, 256, 16, 32), (5, 384, 77, 64), (16, 1024, 300, None),
+                                         (9, 256, 1000, 32), (1, 4096, 512, 128)])
+def test_shapes_and_groups_u4(m, k, n, group):
+    """(1, 4096, 512): few blocks, so K is split (split_k 4) and a second kernel sums the partials."""
+    check("uint4b", m, k, n, group, seed=m)
+
+
+def test_zero_points_and_bfloat16():
+    check("uint4b", 7, 512, 130, 128, zero_points=True, dtype=torch.bfloat16)
+    check("int3b", 2, 256, 70, 32, zero_points=True)  # 3-bit codes at group 32: units of two 16-channel blocks
+
+
+@pytest.mark.parametrize("name,m", [("uint4b", 64), ("float8_e4m3", 150), ("int3b", 40)])
+def test_large_batches_stage_activations(name, m):
+    check(name, m, 512, 192, 64 if name != "int3b" else 32, zero_points=name == "int3b")
+
+
+def test_batched_input_shape_and_config_override():
+    generator = torch.Generator().manual_seed(5)
+    w = random_weight("uint4b", 256, 64, generator)
+    packed = pack_weight(w, "uint4b", 128).to("cuda")
+    scales = torch.full((2, 64), 0.01, dtype=torch.float16, device="cuda")
+    a = torch.randn(2, 3, 256, generator=generator).half().cuda()
+    out = quantized_matmul(a, packed, scales, config=Config(warps=2, units_per_warp=1, scale_weights=True, split_k=2,
+                                                            prefetch=2))
+    assert out.shape == (2, 3, 64)
+    reference = a.float().reshape(6, 256) @ dequantize(packed, scales)
+    torch.testing.assert_close(out.float().reshape(6, 64), reference, rtol=2e-2, atol=2e-2 * reference.abs().max().item())

@@ -1,0 +1,221 @@
+"""``Cast``: convert every element of a register tensor to another type of the table.
+
+Layout rule: the output has the input's layout (both ways, as for the elementwise instructions). No
+scratch memory. The conversion rules are :mod:`tilus_tvm.lowp`'s (see :mod:`cast_rules`):
+
+- into a type of at most 8 bits (``int8``, ``uint8`` and the packed types): round to nearest, ties
+  to even; saturate at the largest finite value (infinities too); NaN to the type's NaN code
+  (``float8_e4m3``/``float8_e5m2``: 0x7F, ``float8_e8m0``: 0xFF) or to 0 where the type has none;
+  the sign of zero kept in signed floats; an unsigned type's smallest value for what lies below it.
+  Floats wider than 32 bits are converted to ``float32`` first;
+- from a packed type: the code's exact value;
+- between other types (``float16``, ``float32``, ``int32``...): TVM's cast, which is C's (floats
+  round to nearest even; a float into a wider integer truncates).
+
+Emitter, per thread, with every slot known while the kernel is generated (the words of a packed
+tensor stay in registers). Fast paths, two slots at a time, into ``float16``/``bfloat16``:
+
+- ``uint4b``/``int4b`` -> float16: ``prmt`` + ``lop3`` + one ``fma.rn.f16x2`` per byte (the
+  magic number 1024, :func:`cast_rules.int4_pair`);
+- other integers of at most 7 bits: their two codes or'ed into the magic pattern, one paired fma;
+- floats whose fields fit the target (``float4_e2m1``, ``float6_e3m2``, ``float6_e2m3``,
+  ``float8_e4m3``, ``float8_e5m2``...): fields placed, one paired multiply;
+- on sm_89 and newer (a second registration): ``float8_e4m3``/``float8_e5m2`` from and to 16- and
+  32-bit floats with ``cvt`` (``cvt.rn.f16x2.e4m3x2``, ``cvt.rn.satfinite.e4m3x2.f32``).
+
+Everything else goes one element at a time through :mod:`cast_rules`' decode and encode.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tvm import tirx
+from tvm.script.ir_builder import tirx as Tb
+
+from tilus_tvm.backend.context import CodegenContext
+from tilus_tvm.dtypes import DataType, float32, int32
+from tilus_tvm.instructions import cast_rules as rules
+from tilus_tvm.instructions.elementwise import propagate_same
+from tilus_tvm.instructions.packed import bits_of, pack_words, u32
+from tilus_tvm.instructions.registry import register
+from tilus_tvm.ir import inst as ir
+from tilus_tvm.lowp import float_family, is_low_precision, is_packed
+
+HALVES = ("float16", "bfloat16")
+
+
+class PtxOps:
+    """The operations of :class:`cast_rules.PortableOps` as single PTX instructions (inline assembly)."""
+
+    SOURCES = {
+        "tilus_prmt": "__device__ __forceinline__ unsigned tilus_prmt(unsigned a, unsigned b, unsigned s) "
+                      "{ unsigned d; asm(\"prmt.b32 %0, %1, %2, %3;\" : \"=r\"(d) : \"r\"(a), \"r\"(b), \"r\"(s)); "
+                      "return d; }\n",
+        "tilus_lop3_and_or": "__device__ __forceinline__ unsigned tilus_lop3_and_or(unsigned a, unsigned b, "
+                             "unsigned c) { unsigned d; asm(\"lop3.b32 %0, %1, %2, %3, 0xEA;\" : \"=r\"(d) : "
+                             "\"r\"(a), \"r\"(b), \"r\"(c)); return d; }\n",
+        "tilus_lop3_and_xor": "__device__ __forceinline__ unsigned tilus_lop3_and_xor(unsigned a, unsigned b, "
+                              "unsigned c) { unsigned d; asm(\"lop3.b32 %0, %1, %2, %3, 0x6A;\" : \"=r\"(d) : "
+                              "\"r\"(a), \"r\"(b), \"r\"(c)); return d; }\n",
+        "tilus_fma_f16x2": "__device__ __forceinline__ unsigned tilus_fma_f16x2(unsigned a, unsigned b, unsigned c) "
+                           "{ unsigned d; asm(\"fma.rn.f16x2 %0, %1, %2, %3;\" : \"=r\"(d) : \"r\"(a), \"r\"(b), "
+                           "\"r\"(c)); return d; }\n",
+        "tilus_fma_bf16x2": "__device__ __forceinline__ unsigned tilus_fma_bf16x2(unsigned a, unsigned b, "
+                            "unsigned c) { unsigned d; asm(\"fma.rn.bf16x2 %0, %1, %2, %3;\" : \"=r\"(d) : "
+                            "\"r\"(a), \"r\"(b), \"r\"(c)); return d; }\n",
+        "tilus_cvt_f16x2_e4m3x2": "__device__ __forceinline__ unsigned tilus_cvt_f16x2_e4m3x2(unsigned short a) "
+                                  "{ unsigned d; asm(\"cvt.rn.f16x2.e4m3x2 %0, %1;\" : \"=r\"(d) : \"h\"(a)); "
+                                  "return d; }\n",
+        "tilus_cvt_f16x2_e5m2x2": "__device__ __forceinline__ unsigned tilus_cvt_f16x2_e5m2x2(unsigned short a) "
+                                  "{ unsigned d; asm(\"cvt.rn.f16x2.e5m2x2 %0, %1;\" : \"=r\"(d) : \"h\"(a)); "
+                                  "return d; }\n",
+        "tilus_cvt_e4m3x2_f32": "__device__ __forceinline__ unsigned short tilus_cvt_e4m3x2_f32(float hi, float lo) "
+                                "{ unsigned short d; asm(\"cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\" : \"=h\"(d) : "
+                                "\"f\"(hi), \"f\"(lo)); return d; }\n",
+        "tilus_cvt_e5m2x2_f32": "__device__ __forceinline__ unsigned short tilus_cvt_e5m2x2_f32(float hi, float lo) "
+                                "{ unsigned short d; asm(\"cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\" : \"=h\"(d) : "
+                                "\"f\"(hi), \"f\"(lo)); return d; }\n",
+    }
+
+    @classmethod
+    def call(cls, name: str, *args: Any, return_type: str = "uint32"):
+        return Tb.cuda.func_call(name, *args, source_code=cls.SOURCES[name], return_type=return_type)
+
+    def prmt(self, a: Any, b: Any, selector: int):
+        return self.call("tilus_prmt", a, b, u32(selector))
+
+    def lop3(self, a: Any, b: Any, c: Any, lut: int):
+        name = {rules.LOP3_AND_OR: "tilus_lop3_and_or", rules.LOP3_AND_XOR: "tilus_lop3_and_xor"}[lut]
+        return self.call(name, a, b, c)
+
+    def fma2(self, bits: Any, mul, add, half: str):
+        return self.call("tilus_fma_f16x2" if half == "float16" else "tilus_fma_bf16x2", bits,
+                         u32(_half2_bits(mul, half)), u32(_half2_bits(add, half)))
+
+    def mul2(self, bits: Any, scale: float, half: str):
+        return self.fma2(bits, (scale, scale), (-0.0, -0.0), half)
+
+
+def _half2_bits(values, half: str) -> int:
+    """The bits of two 16-bit floats (lane 0 low) -- exact constants only."""
+    import numpy
+
+    if half == "float16":
+        lanes = [int(numpy.array(v, dtype=numpy.float16).view(numpy.uint16)) for v in values]
+    else:
+        lanes = [int(numpy.array(v, dtype=numpy.float32).view(numpy.uint32)) >> 16 for v in values]
+    return lanes[0] | lanes[1] << 16
+
+
+# ---- the emitter --------------------------------------------------------------------------------------
+def follows_lowp(source: DataType, target: DataType) -> bool:
+    """Whether the conversion takes :mod:`cast_rules` (anything packed, or into ``int8``/``uint8``)."""
+    return is_packed(source) or is_packed(target) or (is_low_precision(target) and source != target)
+
+
+def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) -> None:
+    out, src = inst.output, inst.x
+    source, target = src.dtype, out.dtype
+    src_buf, dst_buf = ctx.reg(src), ctx.reg(out)
+    if source == target:  # bit for bit (a decode and encode would make every NaN code the canonical one)
+        for i in range(int(dst_buf.shape[0])):
+            Tb.buffer_store(dst_buf, src_buf[i], [i])
+        return
+    if not follows_lowp(source, target):
+        with Tb.unroll(0, out.layout.local_size) as i:
+            Tb.buffer_store(dst_buf, tirx.Cast(target.tvm_name or target.name, src_buf[i]), [i])
+        return
+    slots = out.layout.local_size
+    if is_packed(source):
+        words = [src_buf[i] for i in range(int(src_buf.shape[0]))]
+        inputs = [bits_of(words, slot * source.nbits, source.nbits) for slot in range(slots)]
+    else:
+        words, inputs = None, [src_buf[i] for i in range(slots)]
+    done = 0
+    if target.name in HALVES and is_packed(source):
+        done = _pairs_to_half(dst_buf, words, inputs, source, target.name, hardware_fp8)
+    if is_packed(target):
+        codes = _fp8_codes(inputs, source, target) if hardware_fp8 and _hardware_encode(source, target) else \
+            [convert(value, source, target) for value in inputs]
+        for index, word in enumerate(pack_words(codes, target.nbits)):
+            Tb.buffer_store(dst_buf, word, [index])
+        return
+    for slot in range(done, slots):
+        Tb.buffer_store(dst_buf, convert(inputs[slot], source, target), [slot])
+
+
+def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_fp8: bool) -> int:
+    """Store slot pairs converted by a fast path into the 16-bit float tensor; the slots done."""
+    pairs = len(codes) // 2
+    ops = PtxOps()
+    family = float_family(source) if source.is_float else None
+    if hardware_fp8 and source.nbits == 8 and family in ("fn", "ieee") and half == "float16":
+        kind = "e4m3" if family == "fn" else "e5m2"
+        convert_pair = lambda p: ops.call(f"tilus_cvt_f16x2_{kind}x2",  # noqa: E731
+                                          tirx.Cast("uint16", bits_of(words, 2 * p * 8, 16)))
+    elif source.is_integer and source.nbits == 4 and half == "float16":
+        convert_pair = lambda p: rules.int4_pair(ops, words[p // 4], p % 4, source.signed)  # noqa: E731
+    elif source.is_integer:
+        convert_pair = lambda p: rules.int_pair(ops, codes[2 * p: 2 * p + 2], source, half)  # noqa: E731
+    elif rules.float_pair_supported(source, half):
+        convert_pair = lambda p: rules.float_pair(ops, codes[2 * p: 2 * p + 2], source, half)  # noqa: E731
+    else:
+        return 0
+    for p in range(pairs):
+        Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", convert_pair(p)), [tirx.Ramp(2 * p, 1, 2)])
+    return 2 * pairs
+
+
+def _hardware_encode(source: DataType, target: DataType) -> bool:
+    return target.nbits == 8 and float_family(target) in ("fn", "ieee") and source.is_float and \
+        not is_packed(source) and source.nbits <= 32
+
+
+def _fp8_codes(values: list, source: DataType, target: DataType) -> list:
+    """``cvt.rn.satfinite`` two values at a time (NaN fixed to 0x7F, the code lowp gives)."""
+    kind = "e4m3" if float_family(target) == "fn" else "e5m2"
+    as_f32 = [tirx.Cast("float32", v) if source.name != "float32" else v for v in values]
+    codes: list = []
+    for first in range(0, len(values) - 1, 2):
+        lo, hi = as_f32[first], as_f32[first + 1]
+        pair = u32(PtxOps.call(f"tilus_cvt_{kind}x2_f32", hi, lo, return_type="uint16"))
+        for lane, value in enumerate((lo, hi)):
+            code = (pair >> u32(8 * lane)) & u32(0xFF) if lane else pair & u32(0xFF)
+            codes.append(tirx.Select(tirx.isnan(value), u32(0x7F), code))
+    if len(values) % 2:
+        codes.append(convert(values[-1], source, target))
+    return codes
+
+
+def convert(value: Any, source: DataType, target: DataType):
+    """One element: ``value`` (a packed code as uint32, or a value of ``source``) as ``target``
+    (a code as uint32 for a packed target)."""
+    if is_packed(source):
+        if source.is_integer:
+            value, source = rules.decode_int(value, source), int32
+        else:
+            value, source = rules.decode_float(value, source), float32
+    if is_packed(target) or (is_low_precision(target) and target.is_integer):
+        if target.is_float:
+            code = rules.encode_float(tirx.Cast("float32", value), target)
+        elif source.is_float:
+            code = rules.encode_int(tirx.Cast("float32", value), target)
+        else:
+            code = rules.encode_int(tirx.Cast("int32", value) if source.kind == "bool" else value, target)
+        if is_packed(target):
+            return code
+        return tirx.Cast(target.tvm_name, rules.decode_int(code, target))  # int8 / uint8
+    if target.kind == "bool":
+        return tirx.NE(value, tirx.const(0, str(value.ty.dtype)))
+    return tirx.Cast(target.tvm_name or target.name, value)
+
+
+def _register() -> None:
+    propagate = lambda inst: propagate_same(inst.output, inst.x)  # noqa: E731
+    required = lambda inst: [(inst.x, inst.output.layout)]  # noqa: E731
+    register(ir.Cast, "sm_80", emit=emit_cast, propagate=propagate, required=required)
+    register(ir.Cast, "sm_89", emit=lambda ctx, inst: emit_cast(ctx, inst, hardware_fp8=True),
+             propagate=propagate, required=required)
+
+
+_register()

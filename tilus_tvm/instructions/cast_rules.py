@@ -1,0 +1,299 @@
+"""Conversions between the table's types as TIR expressions: the arithmetic behind ``cast``.
+
+The rules are :mod:`tilus_tvm.lowp`'s, bit for bit:
+
+- a packed code (``uint32`` expression holding it in its low bits) decodes to its exact value
+  (:func:`decode_float` as ``float32``, :func:`decode_int` as ``int32``);
+- a value converts into a low-precision type by rounding to nearest, ties to even, saturating at the
+  largest finite value (infinities included), keeping the sign of zero in signed floats, sending
+  what is below an unsigned type's range to its smallest value, and NaN to the type's NaN code
+  (0x7F in ``float8_e4m3`` / ``float8_e5m2``, 0xFF in ``float8_e8m0``) or to 0 in types without NaN
+  (:func:`encode_float`, :func:`encode_int`). Wider sources are first converted to ``float32``
+  (floats) or kept in their own integer type (integers).
+
+Everything here is plain TIR (no CUDA), so the same expressions compile for the CPU, where a test
+checks them on every code of every type of at most 8 bits against :mod:`tilus_tvm.lowp`.
+
+**Pairs.** The fast paths produce two 16-bit floats at once, as the bits of an ``f16x2`` /
+``bf16x2`` register, through an ``ops`` object that gives ``prmt``, ``lop3`` and the paired
+multiply-add: :class:`PortableOps` spells them in TIR (the CPU test), ``cast.py``'s PTX ops
+in inline assembly. The tricks (each exact):
+
+- *magic numbers*: a ``k``-bit unsigned integer ``c < 2**10`` in the low bits of the f16 pattern
+  ``0x6400`` (1024.0) is the f16 value ``1024 + c``; subtracting 1024 gives ``c``. Signed codes flip
+  their sign bit first (``c ^ 2**(k-1) = value + 2**(k-1)``) and subtract that too. bf16 uses
+  ``0x4300`` (128.0) and needs ``c < 2**7``;
+- *4-bit integers*: ``prmt`` copies byte ``j`` of a word into both 16-bit lanes and one ``lop3``
+  keeps the low nibble in lane 0 and the high nibble (times 16) in lane 1 and ors in the magic
+  number; one paired fma with (1, 1/16) and (-1024, -64) finishes both;
+- *small floats*: a format with ``E`` exponent and ``M`` mantissa bits placed into an f16 (bf16)
+  pattern with its exponent field's low bit at bit 10 (7) and the sign at bit 15 is the value times
+  ``2**(bias_f16 - bias)``, subnormals included; one paired multiply by ``2**(bias - ...)`` restores
+  it. NaN codes of ``float8_e4m3`` are replaced by the 16-bit NaN pattern first.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any, Sequence
+
+from tvm import tirx
+
+from tilus_tvm.dtypes import DataType
+from tilus_tvm.instructions.packed import low_mask, u32
+from tilus_tvm.lowp import _rounding_grid, float_family, nan_code
+
+F32_BIAS = 127
+F32_MANTISSA = 23
+
+
+def f32(value: float):
+    return tirx.const(value, "float32")
+
+
+def i32(value: int):
+    return tirx.const(value, "int32")
+
+
+def bias(dtype: DataType) -> int:
+    return (1 << (dtype.exponent_bits - 1)) - 1
+
+
+@lru_cache(maxsize=None)
+def max_finite_code(dtype: DataType) -> int:
+    """The code (without the sign bit) of the largest finite value of a low-precision float."""
+    _, codes = _rounding_grid(dtype)
+    return codes[-1]
+
+
+# ---- decoding ---------------------------------------------------------------------------------------
+def decode_int(code: Any, dtype: DataType):
+    """The ``int32`` value of an integer code (two's complement for signed types)."""
+    if not dtype.signed:
+        return tirx.Cast("int32", code)
+    shift = 32 - dtype.nbits
+    return tirx.reinterpret("int32", code << u32(shift)) >> i32(shift)
+
+
+def decode_float(code: Any, dtype: DataType):
+    """The exact ``float32`` value of a low-precision float code."""
+    exponent_bits, mantissa_bits = dtype.exponent_bits, dtype.mantissa_bits
+    magnitude_bits = exponent_bits + mantissa_bits
+    family = float_family(dtype)
+    magnitude = code & u32(low_mask(magnitude_bits)) if dtype.signed else code
+    exponent = magnitude >> u32(mantissa_bits) if mantissa_bits else magnitude
+    mantissa = magnitude & u32(low_mask(mantissa_bits))
+    if family == "e8m0":  # 2**(e - 127): code 0 is the f32 subnormal 2**-127, 0xFF is NaN
+        value = tirx.Select(exponent == u32(0), u32(1 << 22), exponent << u32(F32_MANTISSA))
+        value = tirx.Select(exponent == u32(0xFF), u32(0x7FC00000), value)
+        return tirx.reinterpret("float32", value)
+    normal = ((exponent + u32(F32_BIAS - bias(dtype))) << u32(F32_MANTISSA)) | \
+        (mantissa << u32(F32_MANTISSA - mantissa_bits))
+    subnormal = tirx.reinterpret("uint32", tirx.Cast("float32", mantissa) *
+                                 f32(math.ldexp(1.0, 1 - bias(dtype) - mantissa_bits)))
+    bits = tirx.Select(exponent == u32(0), subnormal, normal)
+    all_ones = low_mask(exponent_bits)
+    if family == "ieee":
+        special = tirx.Select(mantissa == u32(0), u32(0x7F800000), u32(0x7FC00000))
+        bits = tirx.Select(exponent == u32(all_ones), special, bits)
+    elif family == "fn":
+        bits = tirx.Select(magnitude == u32(low_mask(magnitude_bits)), u32(0x7FC00000), bits)
+    if dtype.signed:
+        bits = bits | ((code >> u32(magnitude_bits)) << u32(31))
+    return tirx.reinterpret("float32", bits)
+
+
+# ---- encoding ---------------------------------------------------------------------------------------
+def encode_float(value: Any, dtype: DataType):
+    """The code (uint32) of ``value`` (a ``float32`` expression) converted to a low-precision float."""
+    mantissa_bits = dtype.mantissa_bits
+    family = float_family(dtype)
+    bits = tirx.reinterpret("uint32", value)
+    magnitude = bits & u32(0x7FFFFFFF)
+    negative = (bits >> u32(31)) == u32(1)
+    is_nan = magnitude > u32(0x7F800000)
+    drop = F32_MANTISSA - mantissa_bits
+    # round to nearest even on the f32 pattern: a carry into the exponent is the next binade
+    rounded = (magnitude + u32((1 << (drop - 1)) - 1) + ((magnitude >> u32(drop)) & u32(1))) >> u32(drop)
+    normal = rounded - u32((F32_BIAS - bias(dtype)) << mantissa_bits)
+    if family == "e8m0":
+        below_normal = tirx.Select(magnitude <= u32(0x00600000), u32(0), u32(1))  # ties at 1.5 * 2**-127: even
+        code = tirx.Select(magnitude < u32(0x00800000), below_normal, normal)
+    else:
+        # below the smallest normal: a multiple of the subnormal step 2**(1 - bias - M), rounded half to even
+        min_normal_bits = (F32_BIAS + 1 - bias(dtype)) << F32_MANTISSA
+        steps = tirx.nearbyint(tirx.reinterpret("float32", magnitude) *
+                               f32(math.ldexp(1.0, bias(dtype) - 1 + mantissa_bits)))
+        subnormal = tirx.Cast("uint32", steps)
+        code = tirx.Select(magnitude < u32(min_normal_bits), subnormal, normal)
+    code = tirx.min(code, u32(max_finite_code(dtype)))  # saturate (infinities too)
+    if dtype.signed:
+        code = code | tirx.Select(negative, u32(1 << (dtype.nbits - 1)), u32(0))
+    else:
+        code = tirx.Select(negative, u32(0), code)  # below the range: the smallest value
+    return tirx.Select(is_nan, u32(nan_code(dtype) or 0), code)
+
+
+def encode_int(value: Any, dtype: DataType):
+    """The code (uint32) of ``value`` converted to an integer type of at most 8 bits.
+
+    Floats (``float32`` expressions) round half to even, saturate, and give 0 for NaN; integer
+    expressions of any width saturate."""
+    source = str(value.ty.dtype)
+    if source.startswith("float"):
+        rounded = tirx.nearbyint(value)
+        clamped = tirx.max(tirx.min(rounded, f32(dtype.max_value)), f32(dtype.min_value))
+        integer = tirx.Cast("int32", tirx.Select(tirx.isnan(value), f32(0.0), clamped))
+    else:
+        integer = clamp_int(value, dtype)
+        integer = tirx.Cast("int32", integer) if source != "int32" else integer
+    return tirx.reinterpret("uint32", integer) & u32(low_mask(dtype.nbits))
+
+
+def clamp_int(value: Any, dtype: DataType):
+    """An integer expression clamped to ``dtype``'s range, in the expression's own type (a range the
+    source type holds entirely is not clamped)."""
+    source = str(value.ty.dtype)
+    source_bits = int("".join(ch for ch in source if ch.isdigit()) or 32)
+    source_signed = source.startswith("int")
+    low, high = dtype.min_value, dtype.max_value
+    source_low = -(1 << (source_bits - 1)) if source_signed else 0
+    source_high = (1 << (source_bits - 1)) - 1 if source_signed else (1 << source_bits) - 1
+    if high < source_high:
+        value = tirx.min(value, tirx.const(high, source))
+    if low > source_low:
+        value = tirx.max(value, tirx.const(low, source))
+    return value
+
+
+def float_to_int(value: Any, dtype: DataType):
+    """A float expression converted to the integer type ``dtype`` (any width): round half to even,
+    saturate, NaN to 0."""
+    name = dtype.tvm_name
+    wide = tirx.Cast("float64", value) if dtype.nbits > 24 else tirx.Cast("float32", value)
+    rounded = tirx.nearbyint(wide)
+    kind = str(wide.ty.dtype)
+    high = tirx.const(float(dtype.max_value), kind)
+    clamped = tirx.max(tirx.min(rounded, high), tirx.const(float(dtype.min_value), kind))
+    converted = tirx.Cast(name, tirx.Select(tirx.isnan(wide), tirx.const(0.0, kind), clamped))
+    # the largest value of a 32/64-bit integer is not a float; what rounds to 2**31 (2**63) saturates
+    return tirx.Select(rounded >= high, tirx.const(dtype.max_value, name), converted)
+
+
+# ---- pairs into 16-bit floats -----------------------------------------------------------------------------
+HALF_MAGIC = {"float16": (0x6400, 1024.0, 10), "bfloat16": (0x4300, 128.0, 7)}  # pattern, value, max code bits
+HALF_NAN = {"float16": 0x7E00, "bfloat16": 0x7FC0}
+HALF_FORMAT = {"float16": (5, 10), "bfloat16": (8, 7)}  # exponent, mantissa bits
+LOP3_AND_OR = 0xEA  # (a & b) | c
+LOP3_AND_XOR = 0x6A  # (a & b) ^ c
+
+
+class PortableOps:
+    """``prmt``, ``lop3`` and paired 16-bit arithmetic in plain TIR (exact for the values used here)."""
+
+    def prmt(self, a: Any, b: Any, selector: int):
+        """PTX ``prmt.b32`` (default mode): byte ``i`` of the result is byte ``selector >> 4i & 7`` of
+        ``b:a`` (bytes 0-3 of a, 4-7 of b)."""
+        pieces = []
+        for i in range(4):
+            source = selector >> (4 * i) & 7
+            word = a if source < 4 else b
+            byte = (word >> u32(8 * (source % 4))) & u32(0xFF)
+            pieces.append(byte << u32(8 * i) if i else byte)
+        return pieces[0] | pieces[1] | pieces[2] | pieces[3]
+
+    def lop3(self, a: Any, b: Any, c: Any, lut: int):
+        if lut == LOP3_AND_OR:
+            return (a & b) | c
+        if lut == LOP3_AND_XOR:
+            return (a & b) ^ c
+        raise ValueError(f"PortableOps.lop3: no spelling for look-up table {lut:#x}")
+
+    def fma2(self, bits: Any, mul: Sequence[float], add: Sequence[float], half: str):
+        """Lane-wise ``x * mul + add`` of the 16-bit floats in ``bits`` (exact results only)."""
+        lanes = []
+        for lane in range(2):
+            x = _half_to_f32(bits >> u32(16 * lane) & u32(0xFFFF), half)
+            lanes.append(_f32_to_half(x * f32(mul[lane]) + f32(add[lane]), half))
+        return lanes[0] | (lanes[1] << u32(16))
+
+    def mul2(self, bits: Any, scale: float, half: str):
+        return self.fma2(bits, (scale, scale), (-0.0, -0.0), half)
+
+
+def _half_to_f32(bits16: Any, half: str):
+    if half == "bfloat16":
+        return tirx.reinterpret("float32", bits16 << u32(16))
+    return tirx.Cast("float32", tirx.reinterpret("float16", tirx.Cast("uint16", bits16)))
+
+
+def _f32_to_half(value: Any, half: str):
+    if half == "bfloat16":  # exact results: the low half of the pattern is zero
+        return tirx.reinterpret("uint32", value) >> u32(16)
+    return tirx.Cast("uint32", tirx.reinterpret("uint16", tirx.Cast("float16", value)))
+
+
+def int4_pair(ops: Any, word: Any, byte: int, signed: bool):
+    """The two float16 of the 4-bit integer codes in byte ``byte`` of ``word`` (low nibble in lane 0).
+
+    Lane 1 holds the high nibble times 16 (``0x6400 | hi << 4``), which needs f16's 10 mantissa bits:
+    bf16 takes :func:`int_pair`."""
+    half = "float16"
+    pattern, magic, _ = HALF_MAGIC[half]
+    spread = ops.prmt(word, u32(0), 0x4040 | byte << 8 | byte)  # byte j in both lanes' low bytes
+    if signed:
+        bits = ops.lop3(spread, u32(0x00F0000F), u32((pattern | pattern << 16) ^ 0x00800008), LOP3_AND_XOR)
+        return ops.fma2(bits, (1.0, 1.0 / 16), (-magic - 8, -magic / 16 - 8), half)
+    bits = ops.lop3(spread, u32(0x00F0000F), u32(pattern | pattern << 16), LOP3_AND_OR)
+    return ops.fma2(bits, (1.0, 1.0 / 16), (-magic, -magic / 16), half)
+
+
+def int_pair(ops: Any, codes: Sequence[Any], dtype: DataType, half: str):
+    """The 16-bit floats of two integer codes (uint32 expressions), by the magic number."""
+    pattern, magic, _ = HALF_MAGIC[half]
+    offset = float(1 << (dtype.nbits - 1)) if dtype.signed else 0.0
+    lanes = codes[0] | (codes[1] << u32(16))
+    constant = pattern | pattern << 16
+    if dtype.signed:
+        sign = 1 << (dtype.nbits - 1)
+        constant ^= sign | sign << 16
+        bits = lanes ^ u32(constant)
+    else:
+        bits = lanes | u32(constant)
+    return ops.fma2(bits, (1.0, 1.0), (-magic - offset, -magic - offset), half)
+
+
+def float_pair(ops: Any, codes: Sequence[Any], dtype: DataType, half: str):
+    """The 16-bit floats of two low-precision float codes, by placing their fields and one multiply."""
+    lanes = [place_float(code, dtype, half) for code in codes]
+    bits = lanes[0] | (lanes[1] << u32(16))
+    target_exponent, _ = HALF_FORMAT[half]
+    scale = math.ldexp(1.0, (1 << (target_exponent - 1)) - 1 - bias(dtype))
+    return bits if scale == 1.0 else ops.mul2(bits, scale, half)
+
+
+def place_float(code: Any, dtype: DataType, half: str):
+    """The 16-bit pattern with ``code``'s exponent and mantissa fields at the bottom of the target's
+    exponent field and the top of its mantissa field (NaN codes: the target's NaN)."""
+    _, target_mantissa = HALF_FORMAT[half]
+    magnitude_bits = dtype.exponent_bits + dtype.mantissa_bits
+    magnitude = code & u32(low_mask(magnitude_bits))
+    placed = magnitude << u32(target_mantissa - dtype.mantissa_bits)
+    if dtype.signed:
+        placed = placed | ((code >> u32(magnitude_bits)) << u32(15))
+    if float_family(dtype) == "fn":
+        placed = tirx.Select(magnitude == u32(low_mask(magnitude_bits)), u32(HALF_NAN[half]), placed)
+    return placed
+
+
+def float_pair_supported(dtype: DataType, half: str) -> bool:
+    """Whether :func:`float_pair` is exact for ``dtype`` into ``half``: the format's fields fit the
+    target's, with a narrower exponent (its values are the target's) or, for IEEE formats, the same one
+    (infinities and NaN then land on the target's own)."""
+    target_exponent, target_mantissa = HALF_FORMAT[half]
+    family = float_family(dtype)
+    if family == "e8m0" or dtype.mantissa_bits > target_mantissa:
+        return False
+    if dtype.exponent_bits == target_exponent:
+        return family == "ieee"
+    return dtype.exponent_bits < target_exponent and family != "ieee"

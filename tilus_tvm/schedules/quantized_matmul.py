@@ -1,0 +1,325 @@
+"""``QuantizedMatmul``: ``out = a @ w`` with float16/bfloat16 activations and low-precision weights.
+
+``a`` [M, K] (float16 or bfloat16), ``w`` [K, N] of any integer type of 1 to 8 bits or float of at
+most 8 bits (:func:`~tilus_tvm.schedules.quantized_weight.check_weight_dtype`), packed by
+:func:`pack_weight`, with per-group scales ``s`` [K / g, N] and optional zero points ``z`` (a's
+dtype; g = 32, 64, 128 or K): ``out[m, n] = sum_k a[m, k] * (value(q[k, n]) - z[k // g, n]) * s[k // g, n]``.
+
+The kernel computes ``out^T = w^T @ a^T`` on ``mma.sync.m16n8k16``, so the weights are the A operand
+(16 output channels per mma) and the batch is the n of the mma (8 per mma: a batch of 1 to 8 wastes
+at most 7/8 of a tensor-core op that is not the limit, the weight stream is). A block owns
+``block_n = warps * units_per_warp * 16`` output channels and ``block_m`` batch rows; warp ``w``
+owns ``units_per_warp`` units of 16 channels. Each k-step of ``kt`` inputs (the group size, or 128
+per channel):
+
+1. every thread loads its bytes of the packed weight tile straight into registers -- whole vectors
+   of up to 16 bytes, a warp's load instruction reading 512 contiguous bytes -- one step ahead of
+   the step it computes, so the loads of step ``i + 1`` are in flight during step ``i``;
+2. ``self.view`` reinterprets the words as the codes of the mma A fragments (pack_weight put each
+   lane's codes in fragment order) and ``self.cast`` converts them in registers (``prmt`` / ``lop3``
+   / magic-number fma for integers, ``cvt`` for fp8 on sm_89+, :mod:`tilus_tvm.instructions.cast`);
+   zero points are subtracted there;
+3. the activations of the step ([block_m, kt], 4-byte loads in fragment layout, viewed transposed)
+   meet them in ``dot_split`` (float32 accumulation). With groups, each step's product starts from
+   zero and is added to the accumulator times the group's scales (one multiply per output, not per
+   weight); per channel, the scales multiply once at the end.
+
+With ``scale_weights=True`` the scales multiply the weights instead (one multiply per weight, in
+the activations' type, but no second accumulator: the choice for large batches, whose accumulator
+fills many registers).
+
+``stage_activations=True`` (large batches) copies the activation tile into shared memory with
+``cp.async`` (``stages`` deep) and reads fragments with ``ldmatrix``, since all warps of the block
+share it; the weights still go straight to registers (each is used by one warp only).
+
+The grid is (M / block_m, N / block_n): the batch tiles of one weight tile run next to each other,
+so a weight tile read by several batch tiles comes from L2 after the first.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Optional
+
+import tilus_tvm as tilus
+from tilus_tvm import bfloat16, float16, float32, int32, void
+from tilus_tvm.dtypes import as_dtype
+from tilus_tvm.errors import LaunchError, ScriptError
+from tilus_tvm.schedules.quantized_weight import (QuantizedWeight, WeightFormat, check_weight, check_weight_dtype,
+                                                  dequantize, pack_weight, quantize_weight)
+
+__all__ = ["QuantizedMatmul", "SplitKSum", "Config", "quantized_matmul", "pack_weight", "quantize_weight", "dequantize",
+           "QuantizedWeight", "kernel_layouts", "choose_config"]
+
+
+def kernel_layouts(fmt: WeightFormat, warps: int, units_per_warp: int, block_m: int, dtype: Any):
+    """(words, a, x, b, c): the layouts of one k-step: the packed weight words a thread loads
+    ([granules, chunks, 32, words per vector]), the weight codes as mma A operand ([block_n, kt]), the
+    activations as loaded ([block_m, kt]) and as mma B operand ([kt, block_m]), and the accumulator."""
+    from tilus_tvm.instructions.dot import dot_layouts
+    from tilus_tvm.instructions.dot_split import split_config
+    from tilus_tvm.layout.register import register_layout
+    from tilus_tvm.layout.register_ops import permute
+
+    block_n = warps * units_per_warp * 16
+    config = split_config(block_n, block_m, fmt.kt, as_dtype(dtype).name, "float32", (warps, 1), warps)
+    a, b, c = dot_layouts(config)
+    granules = units_per_warp // fmt.units
+    words = register_layout([warps * granules, fmt.chunks, 32, fmt.vector_bytes // 4],
+                            [warps, granules, fmt.chunks, 32, fmt.vector_bytes // 4], [0, 3], [1, 2, 4])
+    return words, a, permute(b, [1, 0]), b, c
+
+
+class QuantizedMatmul(tilus.Script):
+    """``out = a @ w`` for one packed weight format (see the module docstring).
+
+    ``fmt``: the :class:`WeightFormat` of the weights (``QuantizedWeight.format``); ``dtype``: the
+    activations' (float16 or bfloat16); ``zero_points``: whether ``z`` is given; ``warps``,
+    ``units_per_warp`` (16 channels each; a multiple of ``fmt.units``), ``block_m`` (a multiple of 8):
+    the block's tile; ``stage_activations``/``stages``: the shared-memory path for large batches;
+    ``scale_weights``: scales applied to the weights rather than to each group's product; ``split_k``:
+    K split over that many blocks (grid z), each writing float32 partial sums to ``ws_ptr`` [split_k, M, N]
+    for :class:`SplitKSum`; ``prefetch``: k-steps of weights in flight ahead of the one computed (1 or 2).
+    """
+
+    def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
+                 units_per_warp: int = 2, block_m: int = 8, stage_activations: bool = False, stages: int = 2,
+                 scale_weights: bool = False, split_k: int = 1, prefetch: int = 1):
+        super().__init__()
+        dtype = as_dtype(dtype)
+        if dtype not in (float16, bfloat16):
+            raise ScriptError(f"QuantizedMatmul: dtype (the activations') must be float16 or bfloat16, got {dtype.name}")
+        check_weight_dtype(fmt.dtype)
+        if units_per_warp < 1 or units_per_warp % fmt.units:
+            raise ScriptError(f"QuantizedMatmul: units_per_warp={units_per_warp} must be a positive multiple of "
+                              f"{fmt.units} for {fmt.describe()} (a lane's codes of {fmt.units} unit(s) fill whole "
+                              f"32-bit words)")
+        if block_m < 8 or block_m % 8:
+            raise ScriptError(f"QuantizedMatmul: block_m={block_m} must be a positive multiple of 8 (the mma's n)")
+        if not 1 <= warps <= 16:
+            raise ScriptError(f"QuantizedMatmul: warps={warps} must be in [1, 16]")
+        if stage_activations and stages < 2:
+            raise ScriptError(f"QuantizedMatmul: stages={stages} must be at least 2")
+        steps = fmt.k // fmt.kt
+        if split_k < 1 or steps % split_k:
+            raise ScriptError(f"QuantizedMatmul: split_k={split_k} must divide the {steps} k-steps of {fmt.kt} "
+                              f"inputs of {fmt.describe()}")
+        if prefetch not in (1, 2):
+            raise ScriptError(f"QuantizedMatmul: prefetch={prefetch} must be 1 or 2 (k-steps of weights in flight)")
+        self.fmt, self.dtype, self.zero_points = fmt, dtype, bool(zero_points)
+        self.warps, self.units_per_warp, self.block_m = warps, units_per_warp, block_m
+        self.stage_activations, self.stages, self.scale_weights = bool(stage_activations), stages, bool(scale_weights)
+        self.split_k, self.prefetch = split_k, prefetch
+
+    def __call__(self, m_size: int32, a_ptr: ~void, w_ptr: ~int32, s_ptr: ~void, z_ptr: ~void, out_ptr: ~void,
+                 ws_ptr: ~float32):
+        fmt, dtype, warps, splits = self.fmt, self.dtype, self.warps, self.split_k
+        bm, kt = self.block_m, fmt.kt
+        bn = warps * self.units_per_warp * 16
+        self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(fmt.n, bn), splits]
+        self.attrs.warps = warps
+        m0: int32 = self.blockIdx.x * bm
+        n0: int32 = self.blockIdx.y * bn
+        granule0: int32 = self.blockIdx.y * (bn // (16 * fmt.units))
+        steps = fmt.k // kt // splits  # k-steps of this block's split
+        first: int32 = self.blockIdx.z * steps
+        end: int32 = first + steps
+        words, a_layout, x_layout, b_layout, c_layout = kernel_layouts(fmt, warps, self.units_per_warp, bm, dtype)
+        # views that end with the split: the loads ahead of its last step are masked, not wasted
+        shape = list(fmt.storage_shape)
+        gw = self.global_view(w_ptr, dtype=int32, shape=[shape[0], end] + shape[2:])
+        ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, end * kt], strides=[fmt.k, 1])
+        gs = self.global_view(s_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])  # s^T
+        gz = self.global_view(z_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])
+        acc = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
+        sx = None
+        if self.stage_activations:
+            sx = self.shared_tensor(dtype=dtype, shape=[self.stages, bm, kt])
+            for s in range(self.stages - 1):
+                self.copy_async(src=ga, dst=sx[s], offsets=[m0, (first + s) * kt])
+                self.copy_async_commit_group()
+        # the weights of the next `prefetch` steps are in flight while a step computes
+        ahead = []
+        for j in list(range(self.prefetch)):
+            ahead.append(self.load_global(gw, offsets=[granule0, first + j, 0, 0, 0], shape=list(words.shape),
+                                          dims=[0, 2, 3, 4], layout=words))
+        x_now = None if self.stage_activations else \
+            self.load_global(ga, offsets=[m0, first * kt], shape=[bm, kt], layout=x_layout)
+        for i in range(steps):
+            step = first + i
+            w_new = self.load_global(gw, offsets=[granule0, step + self.prefetch, 0, 0, 0], shape=list(words.shape),
+                                     dims=[0, 2, 3, 4], layout=words)
+            if self.stage_activations:
+                stage_ahead = i + self.stages - 1
+                self.copy_async(src=ga, dst=sx[stage_ahead % self.stages], offsets=[m0, (first + stage_ahead) * kt])
+                self.copy_async_commit_group()
+                self.copy_async_wait_group(self.stages - 1)
+                self.sync()
+                x = self.load_shared(sx[i % self.stages].transpose(), layout=b_layout)
+            else:
+                x_next = self.load_global(ga, offsets=[m0, (step + 1) * kt], shape=[bm, kt], layout=x_layout)
+                x = self.view(x_now, layout=b_layout)
+            codes = self.view(ahead[0], dtype=fmt.dtype, layout=a_layout)
+            weights = self.cast(codes, dtype)
+            group = step * kt // fmt.group_size
+            if self.zero_points:
+                weights = weights - self.load_global(gz, offsets=[n0, group], shape=[bn, 1])
+            if fmt.per_channel:
+                acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
+            elif self.scale_weights:
+                weights = weights * self.load_global(gs, offsets=[n0, group], shape=[bn, 1])
+                acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
+            else:
+                zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
+                partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
+                scale = self.load_global(gs, offsets=[n0, group], shape=[bn, 1])
+                acc = acc + partial * scale.to(float32)
+            if self.stage_activations:
+                self.sync()  # every warp has read this stage before a later step refills it
+            else:
+                x_now = x_next
+            for later in list(range(1, self.prefetch)):
+                self.assign(ahead[later - 1], ahead[later])
+            self.assign(ahead[self.prefetch - 1], w_new)
+        if fmt.per_channel:
+            acc = acc * self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32)
+        if self.stage_activations:
+            self.copy_async_wait_all()
+        if splits == 1:
+            go = self.global_view(out_ptr, dtype=dtype, shape=[fmt.n, m_size], strides=[1, fmt.n])  # out^T
+            self.store_global(go, acc.to(dtype), offsets=[n0, m0])
+        else:  # this split's partial sums; SplitKSum adds them up
+            gws = self.global_view(ws_ptr, dtype=float32, shape=[splits, fmt.n, m_size],
+                                   strides=[m_size * fmt.n, 1, fmt.n])
+            self.store_global(gws, acc, offsets=[self.blockIdx.z, n0, m0], dims=[1, 2])
+
+
+class SplitKSum(tilus.Script):
+    """``out[i] = sum_s workspace[s, i]`` (float32 partial sums of ``splits`` splits, cast to ``dtype``)."""
+
+    def __init__(self, splits: int, dtype: Any = float16, block: int = 1024):
+        super().__init__()
+        self.splits, self.dtype, self.block = splits, as_dtype(dtype), block
+
+    def __call__(self, count: int32, ws_ptr: ~float32, out_ptr: ~void):
+        self.attrs.blocks = self.utils.ceil_div(count, self.block)
+        self.attrs.warps = 4
+        offset: int32 = self.blockIdx.x * self.block
+        gws = self.global_view(ws_ptr, dtype=float32, shape=[self.splits, count])
+        go = self.global_view(out_ptr, dtype=self.dtype, shape=[count])
+        total = self.load_global(gws, offsets=[0, offset], shape=[self.block], dims=[1])
+        for s in list(range(1, self.splits)):
+            total = total + self.load_global(gws, offsets=[s, offset], shape=[self.block], dims=[1])
+        self.store_global(go, total.to(self.dtype), offsets=[offset])
+
+
+# ---- the torch-like function -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Config:
+    """A :class:`QuantizedMatmul` configuration (its keyword arguments after ``zero_points``)."""
+
+    warps: int = 4
+    units_per_warp: int = 2
+    block_m: int = 8
+    stage_activations: bool = False
+    stages: int = 2
+    scale_weights: bool = False
+    split_k: int = 1
+    prefetch: int = 1
+
+
+# by the largest batch they serve, first match wins; tuned with scripts/bench_quantized.py (--configs)
+CONFIGS = ((8, Config(block_m=8, prefetch=2)), (16, Config(block_m=16, prefetch=2)),
+           (48, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True)),
+           (None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True)))
+_KERNELS: dict = {}
+
+
+def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132) -> Config:
+    """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs:
+    the table's for the batch; K is split (``split_k``) while the grid has fewer than two blocks per SM and
+    every split keeps at least 8 k-steps."""
+    config = next(c for limit, c in CONFIGS if limit is None or m <= limit)
+    units = max(config.units_per_warp, fmt.units) // fmt.units * fmt.units
+    blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16))
+    steps, splits = fmt.k // fmt.kt, 1
+    while blocks * splits < 2 * multiprocessors and steps % (2 * splits) == 0 and steps // (2 * splits) >= 8:
+        splits *= 2
+    return replace(config, units_per_warp=units, split_k=splits)
+
+
+def kernel_for(fmt: WeightFormat, dtype: Any, zero_points: bool, config: Config) -> QuantizedMatmul:
+    key = (fmt, as_dtype(dtype).name, bool(zero_points), config)
+    if key not in _KERNELS:
+        _KERNELS[key] = QuantizedMatmul(fmt, dtype, zero_points, **asdict(config))
+    return _KERNELS[key]
+
+
+def _split_sum(splits: int, dtype: Any) -> SplitKSum:
+    key = ("sum", splits, as_dtype(dtype).name)
+    if key not in _KERNELS:
+        _KERNELS[key] = SplitKSum(splits, dtype)
+    return _KERNELS[key]
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device_index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros: Any = None, out: Any = None, *,
+                     dtype: Any = None, group_size: Optional[int] = None, config: Optional[Config] = None) -> Any:
+    """``a @ w`` for a CUDA float16/bfloat16 ``a`` [..., K] and a weight packed by :func:`pack_weight`.
+
+    ``w[k, n] = (value(q[k, n]) - zeros[k // g, n]) * scales[k // g, n]``; ``scales`` (and ``zeros``)
+    are [K / g, N] tensors of a's dtype. ``dtype`` / ``group_size``, when given, are checked against
+    what the weight was packed for. ``out`` ([..., N], a's dtype, contiguous) receives the result.
+    ``config`` (a :class:`Config`) overrides the kernel configuration :func:`choose_config` picks.
+    Every argument is checked before anything is launched.
+
+    >>> qw, s, _ = quantize_weight(w, "uint4b", group_size=128)      # doctest: +SKIP
+    >>> y = quantized_matmul(x, qw.to("cuda"), s.cuda())              # doctest: +SKIP
+    """
+    import torch
+
+    fmt = check_weight(packed_weight, scales, zeros, dtype, group_size)
+    if not isinstance(a, torch.Tensor) or a.dim() < 1 or a.shape[-1] != fmt.k:
+        raise LaunchError(f"quantized_matmul: a must be a tensor [..., K={fmt.k}] for the weight ({fmt.describe()}), "
+                          f"got {type(a).__name__}{list(a.shape) if isinstance(a, torch.Tensor) else ''}")
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        raise LaunchError(f"quantized_matmul: a must be float16 or bfloat16, got {a.dtype}")
+    for name, tensor in (("scales", scales), ("zeros", zeros)):
+        if tensor is not None and tensor.dtype != a.dtype:
+            raise LaunchError(f"quantized_matmul: {name} must have a's dtype {a.dtype}, got {tensor.dtype}")
+    devices = {t.device for t in (a, packed_weight.storage, scales, zeros) if t is not None}
+    if len(devices) != 1:
+        raise LaunchError(f"quantized_matmul: a, the weight, scales and zeros must be on one device, got "
+                          f"{sorted(str(d) for d in devices)}")
+    if config is not None and not isinstance(config, Config):
+        raise LaunchError(f"quantized_matmul: config must be a tilus_tvm.schedules.quantized_matmul.Config, got "
+                          f"{config!r}")
+    rows = a.reshape(-1, fmt.k)
+    if not rows.is_contiguous():
+        rows = rows.contiguous()
+    m = rows.shape[0]
+    shape = (*a.shape[:-1], fmt.n)
+    if out is None:
+        out = torch.empty(shape, dtype=a.dtype, device=a.device)
+    elif tuple(out.shape) != shape or out.dtype != a.dtype or not out.is_contiguous():
+        raise LaunchError(f"quantized_matmul: out must be a contiguous {a.dtype} tensor of shape {list(shape)}, "
+                          f"got {out.dtype} {list(out.shape)}")
+    if config is None:
+        sms = _multiprocessors(a.device.index if a.device.index is not None else 0) if a.is_cuda else 132
+        config = choose_config(m, fmt, sms)
+    kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
+    if not m:
+        return out
+    splits = config.split_k
+    workspace = torch.empty((splits, m, fmt.n) if splits > 1 else (1,), dtype=torch.float32, device=a.device)
+    kernel(m, rows, packed_weight.storage, scales.contiguous(), (zeros if zeros is not None else scales).contiguous(),
+           out, workspace)
+    if splits > 1:
+        _split_sum(splits, a.dtype)(m * fmt.n, workspace, out)
+    return out

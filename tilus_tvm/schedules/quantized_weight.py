@@ -1,0 +1,334 @@
+"""Weights for :mod:`tilus_tvm.schedules.quantized_matmul`: the offline packing and its helpers.
+
+A quantized weight ``w`` [K, N] (``out = a @ w``; a ``torch.nn.Linear`` weight is ``w.t()``) holds
+codes of a low-precision type (any integer of 1 to 8 bits, any float of at most 8 bits whose values
+float16 holds) and per-group scales ``s`` [K / g, N] (with optional zero points ``z`` of that shape):
+
+    w[k, n] = (value(q[k, n]) - z[k // g, n]) * s[k // g, n]
+
+with ``g`` 32, 64, 128, or K (one scale per output channel).
+
+**The packed layout** (:func:`pack_weight`) is the one the kernel's registers want, so a thread
+loads whole 16-byte vectors (8 or 4 when its bytes are fewer) and converts them in registers,
+with no shuffle. The kernel computes ``out^T = w^T @ a^T`` with ``mma.sync.m16n8k16``: ``w^T``
+is the A operand, split into *units* of 16 output channels x ``kt`` inputs (``kt = g``, or 128 /
+64 / 32 per channel). In a unit, lane ``l`` of a warp holds the ``kt / 2`` codes that the mma A
+fragments of its ``kt / 16`` k-steps give it, in fragment order (:func:`unit_layout`). ``units``
+consecutive units along N (2 when ``kt * nbits`` is not a multiple of 64, so that a lane's bits
+are whole words; else 1) form a *granule*; a lane's codes of a granule, packed as
+:mod:`tilus_tvm.lowp` packs them, are ``P = units * kt * nbits / 16`` bytes, cut into vectors of
+``V = gcd(P, 16)`` bytes. Storage is ``int32`` of shape
+``[N / (16 * units), K / kt, P / V, 32, V / 4]``: vector ``j`` of the 32 lanes is contiguous, so
+each load instruction of a warp reads ``32 * V`` consecutive bytes. N is padded with code 0.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tilus_tvm import lowp
+from tilus_tvm.dtypes import DataType, as_dtype
+from tilus_tvm.errors import LaunchError, ScriptError
+
+GROUP_SIZES = (32, 64, 128)
+UNIT_ROWS = 16  # output channels per unit: the m of mma.sync.m16n8k16
+LANES = 32
+
+
+def check_weight_dtype(dtype: Any) -> DataType:
+    """The weight type, if quantized_matmul supports it: an integer of 1 to 8 bits, or a float of at most
+    8 bits whose values float16 and bfloat16 both hold exactly."""
+    try:
+        dtype = as_dtype(dtype)
+    except ScriptError as exc:
+        raise ScriptError(f"quantized weights: {exc}") from None
+    if not lowp.is_low_precision(dtype):
+        raise ScriptError(f"quantized weights: dtype {dtype.name} ({dtype.nbits} bits) is not a supported width; "
+                          f"expected an integer or float of 1 to 8 bits (uint4b, int4b, uint2b, float8_e4m3, "
+                          f"float6_e3m2, float4_e2m1, ...)")
+    if dtype.is_float and (lowp.float_family(dtype) == "e8m0" or dtype.exponent_bits > 5 or dtype.mantissa_bits > 7):
+        raise ScriptError(f"quantized weights: {dtype.name} has values float16 or bfloat16 cannot hold "
+                          f"(exponent bits {dtype.exponent_bits} > 5 or mantissa bits {dtype.mantissa_bits} > 7), "
+                          f"so it cannot be a weight type")
+    return dtype
+
+
+def step_k(k: int, group_size: int) -> int:
+    """Inputs per k-step: the group size, or for one scale per channel the largest of 128, 64, 32 dividing K."""
+    if group_size < k:
+        return group_size
+    return next(kt for kt in (128, 64, 32) if k % kt == 0)
+
+
+def check_group(k: int, group_size: Optional[int]) -> int:
+    """The group size (K for one scale per channel), checked against K."""
+    if group_size is None:
+        group_size = k
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise ScriptError(f"quantized weights: group_size must be an int (32, 64, 128) or None for one scale per "
+                          f"channel, got {group_size!r}")
+    if group_size != k and group_size not in GROUP_SIZES:
+        raise ScriptError(f"quantized weights: group_size must be 32, 64, 128 or K={k} (one scale per channel), got "
+                          f"{group_size}")
+    if k % group_size or k % 32:
+        raise ScriptError(f"quantized weights: K={k} must be a multiple of the group size {group_size} (and of 32)")
+    return group_size
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How a quantized weight of ``dtype`` [k, n] with ``group_size`` is stored (module docstring)."""
+
+    dtype: DataType
+    k: int
+    n: int
+    group_size: int
+
+    @property
+    def kt(self) -> int:
+        return step_k(self.k, self.group_size)
+
+    @property
+    def units(self) -> int:
+        """Units (of 16 channels) per granule: enough that a lane's bits are whole 32-bit words."""
+        return 1 if self.kt * self.dtype.nbits % 64 == 0 else 2
+
+    @property
+    def lane_bytes(self) -> int:
+        return self.units * self.kt * self.dtype.nbits // 16
+
+    @property
+    def vector_bytes(self) -> int:
+        return math.gcd(self.lane_bytes, 16)
+
+    @property
+    def chunks(self) -> int:
+        return self.lane_bytes // self.vector_bytes
+
+    @property
+    def granules(self) -> int:
+        return -(-self.n // (UNIT_ROWS * self.units))
+
+    @property
+    def groups(self) -> int:
+        return self.k // self.group_size
+
+    @property
+    def storage_shape(self) -> tuple[int, ...]:
+        return (self.granules, self.k // self.kt, self.chunks, LANES, self.vector_bytes // 4)
+
+    @property
+    def per_channel(self) -> bool:
+        return self.group_size == self.k
+
+    def describe(self) -> str:
+        group = "per channel" if self.per_channel else f"group {self.group_size}"
+        return f"{self.dtype.name} [{self.k}, {self.n}], {group}"
+
+
+class QuantizedWeight:
+    """A weight packed by :func:`pack_weight`: ``storage`` (``torch.int32``, ``format.storage_shape``) and
+    the ``format`` it was packed in (dtype, K, N, group size)."""
+
+    def __init__(self, storage, fmt: WeightFormat):
+        if tuple(storage.shape) != fmt.storage_shape:
+            raise ScriptError(f"QuantizedWeight: storage of shape {list(storage.shape)} does not hold a "
+                              f"{fmt.describe()} weight (expected {list(fmt.storage_shape)})")
+        self.storage, self.format = storage, fmt
+
+    dtype = property(lambda self: self.format.dtype)
+    k = property(lambda self: self.format.k)
+    n = property(lambda self: self.format.n)
+    group_size = property(lambda self: self.format.group_size)
+    device = property(lambda self: self.storage.device)
+
+    def to(self, device: Any) -> "QuantizedWeight":
+        return QuantizedWeight(self.storage.to(device), self.format)
+
+    def codes(self):
+        """The codes [K, N] (``torch.uint8``): the packing undone."""
+        import torch
+
+        fmt = self.format
+        units, kt = fmt.units, fmt.kt
+        lanes = self.storage.permute(0, 1, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]
+        codes = lowp.unpack_codes(lanes.reshape(-1).view(torch.uint8), fmt.dtype.nbits,
+                                  lanes.numel() * 32 // fmt.dtype.nbits)
+        codes = codes.reshape(fmt.granules, fmt.k // kt, LANES, units * kt // 2)
+        unit, row, col = _lane_indices(kt, units, codes.device)
+        grid = torch.zeros(fmt.granules, fmt.k // kt, units, UNIT_ROWS, kt, dtype=torch.uint8, device=codes.device)
+        grid[:, :, unit, row, col] = codes
+        padded = grid.permute(0, 2, 3, 1, 4).reshape(fmt.granules * units * UNIT_ROWS, fmt.k)
+        return padded[:fmt.n].t().contiguous()
+
+    def __repr__(self) -> str:
+        return f"QuantizedWeight({self.format.describe()}, storage={list(self.storage.shape)} on {self.device})"
+
+
+@functools.lru_cache(maxsize=None)
+def unit_layout(kt: int):
+    """The register layout of one unit [16, kt] of ``w^T`` in a warp: ``kt / 16`` mma A fragments (k-steps)
+    in a row, each lane's slots k-step by k-step (the order of the kernel's A operand layout)."""
+    from tilus_tvm.layout.atoms import mma_a_layout
+    from tilus_tvm.layout.register import compose, local
+
+    return compose(local(1, kt // 16), mma_a_layout(16, 16))
+
+
+@functools.lru_cache(maxsize=None)
+def _lane_table(kt: int, units: int) -> tuple[tuple, tuple, tuple]:
+    """For lane l and slot s of a granule: (unit, row in the unit, column in the unit), each [32][units*kt/2]."""
+    layout = unit_layout(kt)
+    per_unit = layout.local_size
+    unit, row, col = [], [], []
+    for lane in range(LANES):
+        u_row, r_row, c_row = [], [], []
+        for u in range(units):
+            for slot in range(per_unit):
+                r, c = layout.logical(lane, slot)
+                u_row.append(u)
+                r_row.append(r)
+                c_row.append(c)
+        unit.append(tuple(u_row))
+        row.append(tuple(r_row))
+        col.append(tuple(c_row))
+    return tuple(unit), tuple(row), tuple(col)
+
+
+def _lane_indices(kt: int, units: int, device):
+    import torch
+
+    return tuple(torch.tensor(t, dtype=torch.int64, device=device) for t in _lane_table(kt, units))
+
+
+def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None) -> QuantizedWeight:
+    """Pack the weight ``w`` [K, N] into the layout :func:`quantized_matmul` loads (module docstring).
+
+    ``w`` holds values of ``dtype`` (a torch tensor; other values are rounded to the type as
+    ``tilus_tvm.from_torch(w, dtype)`` rounds them) or is a :class:`~tilus_tvm.PackedTensor` of
+    ``dtype``. ``group_size``: 32, 64, 128, or None (or K) for one scale per channel; K must be a
+    multiple of it. The result lives on ``w``'s device; packing a large weight is fastest on the GPU.
+
+    >>> import torch
+    >>> w = torch.randint(0, 16, (256, 96)).float()
+    >>> q = pack_weight(w, "uint4b", group_size=128)
+    >>> q.storage.shape, torch.equal(q.codes(), w.to(torch.uint8))
+    (torch.Size([6, 2, 2, 32, 4]), True)
+    """
+    import torch
+
+    dtype = check_weight_dtype(dtype)
+    if isinstance(w, lowp.PackedTensor):
+        if w.dtype != dtype:
+            raise ScriptError(f"pack_weight: w is a PackedTensor of {w.dtype.name}, dtype is {dtype.name}")
+        codes, shape = w.codes(), w.shape
+    elif isinstance(w, torch.Tensor):
+        shape = tuple(w.shape)
+        codes = None
+    else:
+        raise ScriptError(f"pack_weight: w must be a torch tensor [K, N] or a PackedTensor, got {type(w).__name__}")
+    if len(shape) != 2:
+        raise ScriptError(f"pack_weight: w must be 2-D [K, N] (in_features, out_features), got shape {list(shape)}")
+    k, n = shape
+    fmt = WeightFormat(dtype, k, n, check_group(k, group_size))
+    if codes is None:
+        codes = lowp.encode(w, dtype)
+    kt, units = fmt.kt, fmt.units
+    padded_n = fmt.granules * units * UNIT_ROWS
+    rows = torch.zeros(padded_n, k, dtype=torch.uint8, device=codes.device)
+    rows[:n] = codes.t()
+    grid = rows.reshape(fmt.granules, units, UNIT_ROWS, k // kt, kt).permute(0, 3, 1, 2, 4)
+    unit, row, col = _lane_indices(kt, units, codes.device)
+    lanes = grid[:, :, unit, row, col]  # [granules, steps, 32, units * kt / 2]
+    stream = lowp.pack_codes(lanes, dtype.nbits).reshape(fmt.granules, k // kt, LANES, fmt.chunks,
+                                                         fmt.vector_bytes)
+    storage = stream.permute(0, 1, 3, 2, 4).contiguous().view(torch.int32)
+    return QuantizedWeight(storage, fmt)
+
+
+def quantize_weight(w: Any, dtype: Any, group_size: Optional[int] = None, zero_points: bool = False,
+                    scale_dtype: Any = None):
+    """Quantize a float weight ``w`` [K, N]: ``(QuantizedWeight, scales, zeros)``, ``zeros`` None without
+    zero points.
+
+    Without zero points each group's scale maps its largest magnitude to the type's largest magnitude
+    (unsigned types then lose negative weights). With them (integer types), the group's range
+    ``[min, max]`` maps onto all codes: ``s = (max - min) / (2**bits - 1)`` and a float zero point
+    ``z = qmin - min / s`` (``qmin`` the smallest code value). Scales and zeros are ``scale_dtype``
+    (default: w's dtype if float16/bfloat16, else float16) of shape [K / g, N].
+
+    >>> import torch
+    >>> qw, s, z = quantize_weight(torch.randn(256, 64), "uint4b", 128, zero_points=True)   # doctest: +SKIP
+    """
+    import torch
+
+    dtype = check_weight_dtype(dtype)
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
+        raise ScriptError(f"quantize_weight: w must be a 2-D torch tensor [K, N], got {w!r}")
+    k, n = w.shape
+    group = check_group(k, group_size)
+    if scale_dtype is None:
+        scale_dtype = w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16
+    values = torch.tensor([v for v in lowp.all_values(dtype) if math.isfinite(v)], dtype=torch.float32)
+    grouped = w.float().reshape(k // group, group, n)
+    if zero_points:
+        if not dtype.is_integer:
+            raise ScriptError(f"quantize_weight: zero points are for integer types, {dtype.name} is a float")
+        low, high = grouped.amin(dim=1), grouped.amax(dim=1)
+        scales = ((high - low) / float(values.max() - values.min())).clamp(min=1e-8)
+        zeros = float(values.min()) - low / scales
+        quantized = grouped / scales[:, None] + zeros[:, None]
+    else:
+        scales = (grouped.abs().amax(dim=1) / float(values.abs().max())).clamp(min=1e-8)
+        zeros = None
+        quantized = grouped / scales[:, None]
+    scales = scales.to(scale_dtype)
+    zeros = None if zeros is None else zeros.to(scale_dtype)
+    packed = pack_weight(quantized.reshape(k, n), dtype, group)
+    return packed, scales, zeros
+
+
+def dequantize(weight: QuantizedWeight, scales, zeros=None):
+    """``(value(q) - z) * s`` [K, N] in float32: what quantized_matmul multiplies by (the test reference)."""
+    import torch
+
+    fmt = weight.format
+    values = lowp.decode(weight.codes(), fmt.dtype).to(torch.float32)
+    s = scales.float().repeat_interleave(fmt.group_size, dim=0)
+    if zeros is not None:
+        values = values - zeros.float().repeat_interleave(fmt.group_size, dim=0)
+    return values * s
+
+
+def check_weight(weight: Any, scales: Any, zeros: Any, dtype: Any = None, group_size: Any = None) -> WeightFormat:
+    """The packed weight's format, after checking it, the scales and zeros (and, when given, the dtype and
+    group size the caller expects the weight to have been packed for)."""
+    import torch
+
+    if not isinstance(weight, QuantizedWeight):
+        raise LaunchError(f"quantized_matmul: packed_weight must be a QuantizedWeight made by pack_weight(w, dtype, "
+                          f"group_size), got {type(weight).__name__}"
+                          + (f" of shape {list(weight.shape)}" if isinstance(weight, torch.Tensor) else ""))
+    fmt = weight.format
+    if dtype is not None and as_dtype(dtype) != fmt.dtype:
+        raise LaunchError(f"quantized_matmul: packed_weight was packed for {fmt.dtype.name}, dtype={as_dtype(dtype).name} "
+                          f"was asked for; pack it again with pack_weight(w, {as_dtype(dtype).name!r}, ...)")
+    if group_size is not None and group_size != fmt.group_size:
+        raise LaunchError(f"quantized_matmul: packed_weight was packed for group size {fmt.group_size}, "
+                          f"group_size={group_size} was asked for")
+    expected = (fmt.groups, fmt.n)
+    for name, tensor in (("scales", scales), ("zeros", zeros)):
+        if tensor is None:
+            if name == "scales":
+                raise LaunchError("quantized_matmul: scales are required")
+            continue
+        if not isinstance(tensor, torch.Tensor):
+            raise LaunchError(f"quantized_matmul: {name} must be a torch tensor, got {type(tensor).__name__}")
+        if tuple(tensor.shape) != expected:
+            implied = (f"; {tensor.shape[0]} rows would be groups of {fmt.k // tensor.shape[0]}"
+                       if tensor.dim() == 2 and tensor.shape[0] and fmt.k % tensor.shape[0] == 0 else "")
+            raise LaunchError(f"quantized_matmul: {name} has shape {list(tensor.shape)}, the weight ({fmt.describe()}) "
+                              f"needs [K / group, N] = {list(expected)}{implied}")
+    return fmt

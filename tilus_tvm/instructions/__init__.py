@@ -10,9 +10,12 @@ its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.regist
     dot.py             Dot (mma.sync atoms, CUDA cores)
     convert_layout.py  ConvertLayout
     misc.py            Sync, Printf
+    views.py           ReshapeRegister, PermuteRegister, SliceRegister, ViewRegister, TensorItemPtr
+    scan.py            Scan
 
 Importing this package registers all of them.
 """
 from tilus_tvm.instructions import (allocate, async_copy, convert_layout, dot, elementwise,  # noqa: F401
                                     global_memory, misc, reduce, shared_memory)
+from tilus_tvm.instructions import scan, views  # noqa: F401
 from tilus_tvm.instructions.registry import InstructionImpl, lookup, register, registered  # noqa: F401

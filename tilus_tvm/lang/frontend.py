@@ -478,9 +478,7 @@ class Transpiler:
     def eval_subscript(self, node: ast.Subscript) -> Any:
         value = self.eval(node.value)
         index = self.eval(node.slice)
-        if is_tensor_like(value):
-            raise ScriptError(f"indexing register tensor {value.name} is not supported")
-        return value[index]
+        return value[index]  # a register tensor's sub-tile is a tensor value (tilus_tvm.ir.tensor_ops)
 
     def eval_slice(self, node: ast.Slice) -> slice:
         part = lambda n: None if n is None else self.eval(n)  # noqa: E731
@@ -520,6 +518,8 @@ class Transpiler:
             finally:
                 self.scopes.pop()
 
+        function.__signature__ = inspect.Signature(  # so its parameters' names show (printer, register_tensor)
+            [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
         return function
 
     EXPRESSIONS: dict[type, Callable] = {

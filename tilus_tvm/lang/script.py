@@ -25,6 +25,7 @@ from tilus_tvm.lang.instructions.compute import ComputeInstructions
 from tilus_tvm.lang.instructions.dot_split import DotSplitInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
 from tilus_tvm.lang.instructions.scalar_memory import ScalarMemoryInstructions
+from tilus_tvm.lang.instructions.views import ViewInstructions
 
 
 class Attributes:
@@ -119,7 +120,7 @@ class _ScriptState:
 
 
 class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, AssignInstructions,
-             ScalarMemoryInstructions):
+             ScalarMemoryInstructions, ViewInstructions):
     """Base class of kernels (see the module docstring)."""
 
     _kernel_fn = None

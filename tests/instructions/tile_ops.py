@@ -1,0 +1,191 @@
+"""Kernels for the math, reduction, scan and view tests: one block loads tiles, applies the operation
+under test (named by a string, dispatched in :func:`apply`), and stores the result.
+
+Layouts named in ``LAYOUTS`` put the input tile in a chosen register layout (an mma accumulator
+tiled over 4 warps, rows spread over warps, column-major threads, fewer threads than the block)."""
+import tilus_tvm as tilus
+from tilus_tvm import boolean, float16, float32, int32, void
+from tilus_tvm.layout import column_spatial, local, spatial
+
+WARPS = 4
+LAYOUTS = {
+    "default": None,
+    # the mma.sync m16n8k16 accumulator (local(2, 1).spatial(8, 4).local(1, 2)) tiled over 2 x 2 warps
+    "mma_c": local(1, 2).spatial(2, 2).local(2, 1).spatial(8, 4).local(1, 2),
+    # dimension 0 split over the 4 warps and over lanes: reductions and scans along it cross warps
+    "rows_over_warps": spatial(4, 1).local(2, 1).spatial(4, 8).local(1, 4),
+    # consecutive lanes down a column
+    "column_threads": column_spatial(32, 4).local(1, 8),
+    # one warp's worth of threads in a 4-warp block: the other warps hold nothing
+    "one_warp": spatial(8, 4).local(4, 8),
+}
+
+
+def apply(s, op, x, y):
+    """The operation under test on register tensors ``x`` and ``y`` of one shape (``s`` is the script)."""
+    unary = {"exp": s.exp, "exp2": s.exp2, "log": s.log, "sqrt": s.sqrt, "rsqrt": s.rsqrt, "abs": s.abs,
+             "round": s.round, "square": s.square, "neg": s.neg, "sigmoid": s.sigmoid}
+    if op in unary:
+        return unary[op](x)
+    if op == "log_abs":
+        return s.log(s.abs(x) + 0.5)
+    if op == "maximum":
+        return s.maximum(x, y)
+    if op == "minimum":
+        return s.minimum(x, y)
+    if op == "where":
+        return s.where(x > y, x, y * 2.0)
+    if op == "where_scalar":
+        return s.where(x < 0.0, 0.0, x)
+    if op == "clip":
+        return s.clip(x, -0.5, 0.75)
+    if op == "compare_ops":  # operators; the count of true comparisons per element
+        checks = [x < y, x <= y, x > y, x >= y, x == y, x != y]
+        total = s.register_tensor(dtype=float32, shape=list(x.shape), init=0.0)
+        for k in range(6):
+            total = total + checks[k].to(float32) * float(1 << k)
+        return total
+    if op == "compare_methods":  # the same through Tilus's method names
+        checks = [s.less_than(x, y), s.less_equal(x, y), s.greater_than(x, y), s.greater_equal(x, y),
+                  s.equal(x, y), s.not_equal(x, y)]
+        total = s.register_tensor(dtype=float32, shape=list(x.shape), init=0.0)
+        for k in range(6):
+            total = total + checks[k].to(float32) * float(1 << k)
+        return total
+    if op == "logical":
+        p, q = x > 0.0, y > 0.0
+        parts = [p & q, p | q, p ^ q, ~p, s.logical_and(p, q), s.logical_or(p, q), s.logical_xor(p, q),
+                 s.logical_not(q)]
+        total = s.register_tensor(dtype=float32, shape=list(x.shape), init=0.0)
+        for k in range(8):
+            total = total + parts[k].to(float32) * float(1 << k)
+        return total
+    if op == "add_out":  # add(x, y, out=z) into a tensor made before
+        z = s.register_tensor(dtype=float32, shape=list(x.shape), init=0.0)
+        s.add(x, y, out=z)
+        s.mul(z, 3.0, out=z)
+        return z
+    if op == "inplace_out":  # out= an operand: x = exp(x) - y, computed in place
+        s.exp(x, out=x)
+        s.sub(x, y, out=x)
+        s.where(x > 1.0, 1.0, x, out=x)
+        return x
+    raise ValueError(op)
+
+
+class Binary(tilus.Script):
+    """out = apply(op, x, y) for one [m, n] tile of x and y in ``layout``."""
+
+    def __init__(self, op, m=32, n=32, layout="default", out_dtype=float32):
+        super().__init__()
+        self.op, self.m, self.n, self.layout, self.out_dtype = op, m, n, layout, out_dtype
+
+    def __call__(self, x_ptr: ~float32, y_ptr: ~float32, out_ptr: ~void):
+        self.attrs.blocks = 1
+        self.attrs.warps = WARPS
+        gx = self.global_view(x_ptr, dtype=float32, shape=[self.m, self.n])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[self.m, self.n])
+        go = self.global_view(out_ptr, dtype=self.out_dtype, shape=[self.m, self.n])
+        x = self.load_global(gx, offsets=[0, 0], shape=[self.m, self.n], layout=LAYOUTS[self.layout])
+        y = self.load_global(gy, offsets=[0, 0], shape=[self.m, self.n])
+        out = apply(self, self.op, x, y)
+        self.store_global(go, out, offsets=[0, 0])
+
+
+class IntOps(tilus.Script):
+    """Bitwise and shift operators on int32 tiles, and // and % (floored, as in Python)."""
+
+    def __call__(self, x_ptr: ~int32, y_ptr: ~int32, out_ptr: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 2
+        gx = self.global_view(x_ptr, dtype=int32, shape=[64])
+        gy = self.global_view(y_ptr, dtype=int32, shape=[64])
+        go = self.global_view(out_ptr, dtype=int32, shape=[9, 64])
+        x = self.load_global(gx, offsets=[0], shape=[64])
+        y = self.load_global(gy, offsets=[0], shape=[64])
+        shift = self.bitwise_and(y, 7)
+        results = [x & y, x | y, x ^ y, ~x, self.abs(x) << shift, x >> shift, x // (y | 1), x % (y | 1), self.abs(x)]
+        for k in list(range(9)):
+            self.store_global(go, results[k], offsets=[k, 0])
+
+
+class ScalarMinMax(tilus.Script):
+    """Python's min and max of run-time scalars (``max(n, 3)``) and abs of a scalar inside a kernel."""
+
+    def __call__(self, a: int32, b: int32, out_ptr: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        go = self.global_view(out_ptr, dtype=int32, shape=[5])
+        values = [min(a, b), max(a, b), max(a, 3), min(a, b, -2), abs(a - b)]
+        for k in list(range(5)):
+            self.store_global(go, self.register_tensor(dtype=int32, shape=[1], init=values[k]), offsets=[k])
+
+
+def reduce_op(s, op, x, dim, keepdim):
+    if op == "any":
+        return s.any(x > 1.0, dim=dim, keepdim=keepdim)
+    if op == "all":
+        return s.all(x > -1.0, dim=dim, keepdim=keepdim)
+    return {"sum": s.sum, "max": s.max, "min": s.min}[op](x, dim=dim, keepdim=keepdim)
+
+
+class Reduce(tilus.Script):
+    """out = op(x, dim, keepdim) of an [m, n] tile in ``layout``; ``out_shape`` is the result's shape
+    (a 0-d result is stored as the first of two elements)."""
+
+    def __init__(self, op, dim, keepdim, out_shape, layout="default", m=32, n=32, use_out=False):
+        super().__init__()
+        self.op, self.dim, self.keepdim, self.out_shape = op, dim, keepdim, out_shape
+        self.layout, self.m, self.n, self.use_out = layout, m, n, use_out
+
+    def __call__(self, x_ptr: ~float32, out_ptr: ~void):
+        self.attrs.blocks = 1
+        self.attrs.warps = WARPS
+        gx = self.global_view(x_ptr, dtype=float32, shape=[self.m, self.n])
+        dtype = boolean if self.op in ("any", "all") else float32
+        go = self.global_view(out_ptr, dtype=dtype, shape=list(self.out_shape) or [2])
+        x = self.load_global(gx, offsets=[0, 0], shape=[self.m, self.n], layout=LAYOUTS[self.layout])
+        if self.use_out:
+            r = self.register_tensor(dtype=float32, shape=list(self.out_shape))
+            {"sum": self.sum, "max": self.max, "min": self.min}[self.op](x, dim=self.dim, keepdim=self.keepdim,
+                                                                          out=r)
+        else:
+            r = reduce_op(self, self.op, x, self.dim, self.keepdim)
+        if not self.out_shape:
+            r = self.unsqueeze(r, dim=0)  # a 0-d result, stored as one element
+        self.store_global(go, r, offsets=[0] * max(1, len(self.out_shape)))
+
+
+class DotThen(tilus.Script):
+    """c = a @ b on tensor cores (c in the mma accumulator layout), then an op on c:
+    ``rowmax`` (max over dim 1, kept), ``colsum`` (sum over dim 0), ``cumsum`` (scan along dim 1),
+    ``softmax`` (exp(c - rowmax) / rowsum), ``transpose`` (stored as c^T)."""
+
+    def __init__(self, op, m=32, n=32, k=32):
+        super().__init__()
+        self.op, self.m, self.n, self.k = op, m, n, k
+
+    def __call__(self, a_ptr: ~float16, b_ptr: ~float16, out_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = WARPS
+        ga = self.global_view(a_ptr, dtype=float16, shape=[self.m, self.k])
+        gb = self.global_view(b_ptr, dtype=float16, shape=[self.k, self.n])
+        a = self.load_global(ga, offsets=[0, 0], shape=[self.m, self.k])
+        b = self.load_global(gb, offsets=[0, 0], shape=[self.k, self.n])
+        c = self.dot(a, b, acc_dtype=float32)
+        if self.op == "rowmax":
+            go = self.global_view(out_ptr, dtype=float32, shape=[self.m, 1])
+            self.store_global(go, self.max(c, dim=1, keepdim=True), offsets=[0, 0])
+        elif self.op == "colsum":
+            go = self.global_view(out_ptr, dtype=float32, shape=[self.n])
+            self.store_global(go, self.sum(c, dim=0), offsets=[0])
+        elif self.op == "cumsum":
+            go = self.global_view(out_ptr, dtype=float32, shape=[self.m, self.n])
+            self.store_global(go, self.cumsum(c, dim=1), offsets=[0, 0])
+        elif self.op == "softmax":
+            go = self.global_view(out_ptr, dtype=float32, shape=[self.m, self.n])
+            e = self.exp(c - self.max(c, dim=1, keepdim=True))
+            self.store_global(go, e / self.sum(e, dim=1, keepdim=True), offsets=[0, 0])
+        else:
+            go = self.global_view(out_ptr, dtype=float32, shape=[self.n, self.m])
+            self.store_global(go, self.transpose(c), offsets=[0, 0])

@@ -189,3 +189,26 @@ class DotThen(tilus.Script):
         else:
             go = self.global_view(out_ptr, dtype=float32, shape=[self.n, self.m])
             self.store_global(go, self.transpose(c), offsets=[0, 0])
+
+
+class Scan(tilus.Script):
+    """out = scan(x, dim, op, exclusive) of an [m, n] tile in ``layout`` (``in_place``: out=x)."""
+
+    def __init__(self, op, dim, exclusive=False, layout="default", dtype=float32, m=32, n=32, in_place=False):
+        super().__init__()
+        self.op, self.dim, self.exclusive, self.layout = op, dim, exclusive, layout
+        self.dtype, self.m, self.n, self.in_place = dtype, m, n, in_place
+
+    def __call__(self, x_ptr: ~void, out_ptr: ~void):
+        self.attrs.blocks = 1
+        self.attrs.warps = WARPS
+        gx = self.global_view(x_ptr, dtype=self.dtype, shape=[self.m, self.n])
+        go = self.global_view(out_ptr, dtype=self.dtype, shape=[self.m, self.n])
+        x = self.load_global(gx, offsets=[0, 0], shape=[self.m, self.n], layout=LAYOUTS[self.layout])
+        if self.in_place:
+            self.scan(x, dim=self.dim, op=self.op, exclusive=self.exclusive, out=x)
+            self.store_global(go, x, offsets=[0, 0])
+        elif self.op == "add" and not self.exclusive:
+            self.store_global(go, self.cumsum(x, dim=self.dim), offsets=[0, 0])
+        else:
+            self.store_global(go, self.scan(x, dim=self.dim, op=self.op, exclusive=self.exclusive), offsets=[0, 0])

@@ -158,6 +158,11 @@ class TensorOperators:
 
         return slice_value(self, index)
 
+    def __iter__(self):
+        # without this, Python would iterate through __getitem__(0), (1), ... until an IndexError
+        raise ScriptError(f"register tensor {describe(self)} cannot be iterated over or unpacked; index it "
+                          f"(x[i]) or loop over a range")
+
     def reshape(self, *shape: Any) -> "TensorValue":
         """``self.reshape(x, shape)``."""
         from tilus_tvm.ir.tensor_ops import reshape_value

@@ -18,6 +18,8 @@ LAYOUTS = {
     "column_threads": column_spatial(32, 4).local(1, 8),
     # one warp's worth of threads in a 4-warp block: the other warps hold nothing
     "one_warp": spatial(8, 4).local(4, 8),
+    # consecutive columns in consecutive lanes (a thread's elements of a row are 4 apart)
+    "lanes_inner": local(1, 8).spatial(32, 4),
 }
 
 
@@ -212,3 +214,77 @@ class Scan(tilus.Script):
             self.store_global(go, self.cumsum(x, dim=self.dim), offsets=[0, 0])
         else:
             self.store_global(go, self.scan(x, dim=self.dim, op=self.op, exclusive=self.exclusive), offsets=[0, 0])
+
+
+# a per-thread bit view: every thread's 8 float32 registers of PER_THREAD_IN read as int32 in PER_THREAD_OUT
+PER_THREAD_IN = spatial(16, 8).local(2, 4)
+PER_THREAD_OUT = local(4, 1).spatial(8, 16).local(1, 2)
+
+
+def view_case(s, case, x, i):
+    """The view under test of the loaded tile ``x`` (``i``: a run-time int32 scalar)."""
+    if case == "reshape_flat":
+        return s.reshape(x, [-1])
+    if case == "reshape_3d":
+        return s.reshape(x, [4, 8, 32])
+    if case == "reshape_method":
+        return x.reshape(16, 64)
+    if case == "reshape_reduce":
+        return s.sum(s.reshape(x, [32, 4, 8]), dim=2)
+    if case == "squeeze":
+        return s.squeeze(s.max(x, dim=0, keepdim=True), dim=0)
+    if case == "unsqueeze":
+        return x + s.unsqueeze(s.sum(x, dim=1), dim=1)
+    if case == "flatten":
+        return s.flatten(s.reshape(x, [2, 16, 32]), start_dim=1)
+    if case == "transpose":
+        return s.transpose(x)
+    if case == "transpose_method":
+        return (x * 2.0).transpose()
+    if case == "permute":
+        return s.permute(s.reshape(x, [4, 8, 32]), [2, 0, 1])
+    if case == "slice_rows":
+        return x[0:16]
+    if case == "slice_row":
+        return x[3]
+    if case == "slice_cols":
+        return x[:, 8:16]
+    if case == "slice_cols16":
+        return x[:, 0:16]
+    if case == "reshape_gather":
+        return s.reshape(x, [16, 48])
+    if case == "slice_block":
+        return x[16:32, 0:16] + 1.0
+    if case == "slice_run_time":
+        return x[i, ...]
+    if case == "slice_run_time_rows":
+        return x[i:i + 8, 4]
+    if case == "view_u32":
+        return s.view(x, dtype=int32)
+    if case == "view_round_trip":
+        return s.view(s.view(x, dtype=int32) ^ 0, dtype=float16)
+    if case == "view_same_width":
+        return s.view(x, dtype=int32)
+    if case == "view_split":
+        return s.view(x, dtype=float16)
+    if case == "view_per_thread":
+        return s.view(x, layout=PER_THREAD_OUT, dtype=int32)
+    raise ValueError(case)
+
+
+class View(tilus.Script):
+    """out = view_case(case, x) of an [m, n] tile x of ``dtype`` in ``layout``."""
+
+    def __init__(self, case, layout="default", dtype=float32, m=32, n=32):
+        super().__init__()
+        self.case, self.layout, self.dtype, self.m, self.n = case, layout, dtype, m, n
+
+    def __call__(self, i: int32, x_ptr: ~void, out_ptr: ~void):
+        self.attrs.blocks = 1
+        self.attrs.warps = WARPS
+        gx = self.global_view(x_ptr, dtype=self.dtype, shape=[self.m, self.n])
+        layout = PER_THREAD_IN if self.layout == "per_thread" else LAYOUTS[self.layout]
+        x = self.load_global(gx, offsets=[0, 0], shape=[self.m, self.n], layout=layout)
+        r = view_case(self, self.case, x, i)
+        go = self.global_view(out_ptr, dtype=r.dtype, shape=list(r.shape))
+        self.store_global(go, r, offsets=[0] * len(r.shape))

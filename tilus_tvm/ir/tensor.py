@@ -95,8 +95,8 @@ class SharedTensor(Tensor):
         if self.slice_offsets is not None:
             return _view_shared_layout(self.shape, tuple(base.strides[d] for d in self.slice_dims), base.swizzle)
         if self.perm is not None:
-            return SharedLayout(tuple(base.shape[d] for d in self.perm), tuple(base.strides[d] for d in self.perm),
-                                base.swizzle)
+            return _view_shared_layout(tuple(base.shape[d] for d in self.perm), tuple(base.strides[d] for d in self.perm),
+                                       base.swizzle)
         return SharedLayout(base.shape[1:], base.strides[1:], base.swizzle)
 
     def resolved_layout(self):

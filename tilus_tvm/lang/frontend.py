@@ -409,6 +409,10 @@ class Transpiler:
         if getattr(func, "__self__", None) is self.script:  # an instruction: its operands become tensors
             args = [self.builder.materialize(a) for a in args]
             kwargs = {k: self.builder.materialize(v) for k, v in kwargs.items()}
+        else:  # scalars that are made on use (an element address, ~g[i]) are made for any callee
+            args = [self.builder.materialize(a) if hasattr(type(a), "materialize_with") else a for a in args]
+            kwargs = {k: self.builder.materialize(v) if hasattr(type(v), "materialize_with") else v
+                      for k, v in kwargs.items()}
         return func(*args, **kwargs)
 
     def apply_binary(self, op: Callable, lhs: Any, rhs: Any, node_op: ast.operator) -> Any:

@@ -344,7 +344,9 @@ class IndexFunction:
     def __call__(self, *indices: Any) -> Any:
         from tvm import tirx
 
-        if not isinstance(self.body, tirx.PrimExpr):
+        from tilus_tvm.ir.scalar import is_expr
+
+        if not is_expr(self.body):
             return self.body  # a Python number: the same for every element
         from tvm.tirx import _ffi_api
 

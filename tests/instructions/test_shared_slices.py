@@ -7,7 +7,7 @@ import tvm
 
 import tilus_tvm as tilus
 from tilus_tvm import float16, float32, int32
-from tilus_tvm.errors import ScriptError
+from tilus_tvm.errors import CompileError, ScriptError
 from tilus_tvm.layout.shared import shared_row_major
 from tilus_tvm.layout.swizzle import Swizzle
 
@@ -61,6 +61,12 @@ class SharedSlices(tilus.Script):
         elif self.case == "transposed_block":
             go = self.global_view(out_ptr, dtype=float16, shape=[32, 16])
             self.store_global(go, self.load_shared(s[16:32, 0:32].transpose()), offsets=[0, 0])
+        elif self.case == "reshape":
+            go = self.global_view(out_ptr, dtype=float16, shape=[128, 32])
+            self.store_global(go, self.load_shared(self.reshape_shared(s, [128, 32])), offsets=[0, 0])
+        elif self.case == "reshape_then_index":
+            go = self.global_view(out_ptr, dtype=float16, shape=[32, 64])
+            self.store_global(go, self.load_shared(self.reshape_shared(s, [2, 32, 64])[1]), offsets=[0, 0])
         elif self.case == "view_of_view":
             go = self.global_view(out_ptr, dtype=float16, shape=[8, 8])
             self.store_global(go, self.load_shared(s[32:64][:, 24:40][4:12, 8:16]), offsets=[0, 0])
@@ -72,11 +78,12 @@ class SharedSlices(tilus.Script):
 
 def reference(case, x, j):
     return {"columns": x[:, 16:32], "rows": x[8:24], "column_run_time": x[:, j], "window_run_time": x[j:j + 8, 40:56],
-            "transposed_block": x[16:32, 0:32].T, "view_of_view": x[32:64][:, 24:40][4:12, 8:16]}.get(case, x)
+            "transposed_block": x[16:32, 0:32].T, "view_of_view": x[32:64][:, 24:40][4:12, 8:16],
+            "reshape": x.reshape(128, 32), "reshape_then_index": x.reshape(2, 32, 64)[1]}.get(case, x)
 
 
 CASES = ["columns", "rows", "column_run_time", "window_run_time", "transposed_block", "view_of_view",
-         "copy_async_halves", "store_quarters"]
+         "copy_async_halves", "store_quarters", "reshape", "reshape_then_index"]
 
 
 def args(case, device="cpu", j=5):
@@ -168,16 +175,26 @@ class BadSlices(tilus.Script):
             t = s[16, 0]
         if self.case == "ellipsis":
             t = s[..., 0, ...]
+        if self.case == "reshape_size":
+            t = self.reshape_shared(s, [8, 8])
+        if self.case == "reshape_strided":
+            t = self.load_shared(self.reshape_shared(s[:, 0:8], [128]))
 
 
 @pytest.mark.parametrize("case, message", [
     ("step", "slices with a step are not supported"), ("length", "must have a compile-time length"),
     ("range", r"the slice 12:20 is empty or outside \[0, 16\)"), ("rank", "3 indices for a tensor of rank 2"),
     ("index", "index 16 is out of range for dimension 0 of size 16"), ("ellipsis", "at most one ... in an index"),
+    ("reshape_size", r"reshape_shared: cannot view .*\(256 elements\) as shape \[8, 8\] \(64 elements\)"),
 ])
 def test_errors(case, message):
     with pytest.raises(ScriptError, match=message):
         BadSlices(case).tile_program(4, target="sm_80")
+
+
+def test_reshape_of_a_strided_view_is_a_compile_error():
+    with pytest.raises(CompileError, match="reshape_shared: .* is not row-major and compact"):
+        BadSlices("reshape_strided").compile(4, target="sm_80")
 
 
 # --- GPU ----------------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ class SharedTensor(Tensor):
     # or the sub-tile of base at ``slice_offsets`` (one per base dimension) along ``slice_dims``
     slice_offsets: Optional[tuple[Any, ...]] = None
     slice_dims: Optional[tuple[int, ...]] = None
+    reshaped: bool = False  # or base read row-major under this tensor's shape (base must be row-major)
 
     @property
     def root(self) -> "SharedTensor":
@@ -89,15 +90,20 @@ class SharedTensor(Tensor):
         """The layout this tensor has when its root has ``root_layout``."""
         if self.base is None:
             return root_layout
-        from tilus_tvm.layout.shared import SharedLayout
-
         base = self.base.view_layout(root_layout)
+        if self.reshaped:
+            if tuple(base.strides) != _row_major(base.shape):
+                from tilus_tvm.errors import CompileError
+
+                raise CompileError(f"reshape_shared: {self.base.describe()} has layout {base}, which is not "
+                                   f"row-major and compact; only such a layout can be read under another shape")
+            return _view_shared_layout(self.shape, _row_major(self.shape), base.swizzle)
         if self.slice_offsets is not None:
             return _view_shared_layout(self.shape, tuple(base.strides[d] for d in self.slice_dims), base.swizzle)
         if self.perm is not None:
             return _view_shared_layout(tuple(base.shape[d] for d in self.perm), tuple(base.strides[d] for d in self.perm),
                                        base.swizzle)
-        return SharedLayout(base.shape[1:], base.strides[1:], base.swizzle)
+        return _view_shared_layout(base.shape[1:], base.strides[1:], base.swizzle)
 
     def resolved_layout(self):
         """The shared layout, a view's derived from its root's (None before inference)."""
@@ -108,6 +114,8 @@ class SharedTensor(Tensor):
         index = list(index)
         if self.base is None:
             return index
+        if self.reshaped:
+            return self.base.root_index(_reshaped_index(index, self.shape, self.base.shape))
         if self.perm is not None:
             base_index = [0] * len(index)
             for position, d in enumerate(self.perm):
@@ -125,7 +133,9 @@ class SharedTensor(Tensor):
         index = list(index)
         if self.base is None:
             return index
-        if self.perm is not None:
+        if self.reshaped:
+            base_index = _reshaped_index(index, self.shape, self.base.shape)
+        elif self.perm is not None:
             base_index = [0] * len(index)
             for position, d in enumerate(self.perm):
                 base_index[d] = index[position]
@@ -139,31 +149,36 @@ class SharedTensor(Tensor):
 
     def linear_in_root(self) -> bool:
         """Whether this view's offsets are its own layout's offsets shifted by :meth:`element_offset`
-        (so ``offset(c) = resolved_layout().offset(c) + element_offset()``). A sub-tile that a swizzle
-        would permute across is not: its offsets are computed in the root (:meth:`root_coords`)."""
+        (so ``offset(c) = resolved_layout().offset(c) + element_offset()``). A sub-tile or sub-tensor
+        that a swizzle would permute across is not: its offsets are computed in the root
+        (:meth:`root_coords`)."""
         if self.base is None:
             return True
         if not self.base.linear_in_root():
             return False
-        if self.slice_offsets is None:
-            return True
+        if self.slice_offsets is None and self.index is None:
+            return True  # a permutation or a reshape: the same offsets
         base_layout = self.base.resolved_layout()
         swizzle = base_layout.swizzle
         if swizzle is None:
             return True
+        if self.slice_offsets is not None:
+            offsets, kept = self.slice_offsets, self.slice_dims
+        else:
+            offsets, kept = (self.index,) + (0,) * (len(base_layout.shape) - 1), range(1, len(base_layout.shape))
         static = 0
-        for o, stride in zip(self.slice_offsets, base_layout.strides):
+        for o, stride in zip(offsets, base_layout.strides):
             if isinstance(o, int):
                 static += o * stride
             elif stride % swizzle.span:
                 return False  # a run-time offset that does not move by whole swizzle periods
-        return _shifts_through(swizzle, static, tuple(self.shape), tuple(base_layout.strides[d] for d in self.slice_dims))
+        return _shifts_through(swizzle, static, tuple(self.shape), tuple(base_layout.strides[d] for d in kept))
 
     def element_offset(self) -> Any:
         """Elements from the root tensor's first element to this view's (0 for a root)."""
         if self.base is None:
             return 0
-        if self.perm is not None:
+        if self.perm is not None or self.reshaped:
             return self.base.element_offset()
         if self.slice_offsets is not None:
             base_layout = self.base.resolved_layout()
@@ -173,16 +188,7 @@ class SharedTensor(Tensor):
                     term = o * stride
                     offset = term if isinstance(offset, int) and offset == 0 else offset + term
             return offset
-        base_layout = self.base.resolved_layout()
-        stride = base_layout.strides[0]
-        swizzle = base_layout.swizzle
-        span = 0 if swizzle is None else 1 << (swizzle.bits + swizzle.base + max(0, swizzle.shift))
-        if swizzle is not None and stride % span:
-            from tilus_tvm.errors import CompileError
-
-            raise CompileError(f"{self.describe()}: the sub-tensors of {self.base.describe()} start every {stride} "
-                               f"elements, which the swizzle {swizzle} of its layout would permute across; give the "
-                               f"leading dimension a stride that is a multiple of {span}")
+        stride = self.base.resolved_layout().strides[0]
         offset = self.index * stride if not (isinstance(self.index, int) and self.index == 0) else 0
         base = self.base.element_offset()
         return offset if isinstance(base, int) and base == 0 else base + offset
@@ -234,6 +240,21 @@ class SharedTensor(Tensor):
 
     def __repr__(self) -> str:
         return f"SharedTensor({self.name}: {self.dtype.name}{list(self.shape)})"
+
+
+def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, running = [], 1
+    for extent in reversed(shape):
+        strides.append(running)
+        running *= extent
+    return tuple(reversed(strides))
+
+
+def _reshaped_index(index: Sequence[Any], shape: Sequence[int], base_shape: Sequence[int]) -> list:
+    """The index of ``base_shape`` with the same row-major position as ``index`` in ``shape``."""
+    from tilus_tvm.layout.register import row_major_ravel, row_major_unravel
+
+    return row_major_unravel(row_major_ravel(list(index), list(shape)), list(base_shape))
 
 
 def _index_text(item: Any) -> str:

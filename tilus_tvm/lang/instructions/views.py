@@ -1,5 +1,5 @@
 """View instructions of ``tilus_tvm.Script``: reinterpret, reshape, squeeze, unsqueeze, flatten,
-transpose and permute register tensors.
+transpose and permute register tensors; reshape shared tensors.
 
 A view moves no data when the layouts allow it: layout inference gives the result the layout in
 which every element stays in the thread and register that held it (``reshape`` of a ``[64, 16]``
@@ -10,19 +10,21 @@ shared memory. Subscripts of register tensors (``x[0]``, ``x[:, 2:4]``) are view
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Sequence
 
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
-from tilus_tvm.ir.tensor import RegisterTensor
+from tilus_tvm.ir.tensor import RegisterTensor, SharedTensor
 from tilus_tvm.ir.tensor_ops import (normalize_dims, permute_value, reshape_value, squeeze_value, transpose_value,
                                      unsqueeze_value, view_value)
-from tilus_tvm.lang.instructions.memory import InstructionBase
+from tilus_tvm.lang.instructions.memory import InstructionBase, check_shape
 from tilus_tvm.layout.register import RegisterLayout
 
 
 class ViewInstructions(InstructionBase):
-    """``view``, ``reshape``, ``squeeze``, ``unsqueeze``, ``flatten``, ``transpose``, ``permute``."""
+    """``view``, ``reshape``, ``squeeze``, ``unsqueeze``, ``flatten``, ``transpose``, ``permute``,
+    ``reshape_shared``."""
 
     def _view(self, op: str, value: Any, out: Optional[RegisterTensor]) -> RegisterTensor:
         return self._builder(op).materialize(value, out)
@@ -106,3 +108,21 @@ class ViewInstructions(InstructionBase):
         """Reorder the dimensions: dimension ``k`` of the result is dimension ``dims[k]`` of ``x`` (like
         ``torch.permute``). Free, as :meth:`transpose`."""
         return self._view("permute", permute_value(x, dims), out)
+
+    def reshape_shared(self, tensor: SharedTensor, shape: Sequence[int]) -> SharedTensor:
+        """A view of a shared tensor read row-major under ``shape`` (same number of elements): no data
+        moves. The tensor's layout must be row-major and compact (a swizzle is kept: it acts on the
+        same offsets), which the layouts the compiler picks are; a strided or sliced layout is
+        rejected when the kernel is compiled.
+
+        >>> flat = self.reshape_shared(smem, [64 * 64])   # [64, 64] -> [4096]   # doctest: +SKIP
+        """
+        self._builder("reshape_shared")
+        if not isinstance(tensor, SharedTensor):
+            raise ScriptError(f"reshape_shared: tensor must be a shared tensor, got {tensor!r}")
+        shape = check_shape("reshape_shared", shape)
+        if math.prod(shape) != math.prod(tensor.shape):
+            raise ScriptError(f"reshape_shared: cannot view {tensor.describe()} ({math.prod(tensor.shape)} elements) "
+                              f"as shape {list(shape)} ({math.prod(shape)} elements)")
+        return SharedTensor(tensor.dtype, shape, name=f"{tensor.name}.reshape{list(shape)}", base=tensor,
+                            reshaped=True)

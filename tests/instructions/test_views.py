@@ -193,3 +193,57 @@ def test_matches_torch(case):
         assert torch.equal(out, expected)
     else:
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+# --- x[index] = value ---------------------------------------------------------------------------
+ASSIGN_CASES = [("scalars", "default", False), ("scalars", "mma_c", False), ("tile", "default", True),
+                ("tile", "mma_c", False), ("column", "rows_over_warps", False), ("augmented", "default", False),
+                ("augmented", "one_warp", False)]
+
+
+@pytest.mark.parametrize("case, layout, free", ASSIGN_CASES)
+def test_slice_assignment_lowers(case, layout, free):
+    kernel = T.SliceAssign(case, layout)
+    program = kernel.tile_program(5, torch.zeros(32, 32), torch.zeros(32, 32), target="sm_80")
+    assert "slice_assign_register(dst=%x" in str(program)
+    if case == "tile":  # nothing else needs shared memory
+        assert (program.shared_bytes == 0) == free
+    for func in kernel.lower(5, torch.zeros(32, 32), torch.zeros(32, 32), target="sm_90").functions.values():
+        tvm.tirx.analysis.verify_well_formed(func)
+
+
+class BadAssign(tilus.Script):
+    def __init__(self, case):
+        super().__init__()
+        self.case = case
+
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(x_ptr, dtype=float32, shape=[8, 8])
+        x = self.load_global(g, offsets=[0, 0], shape=[8, 8])
+        if self.case == "shape":
+            x[0:2] = x[0:4]
+        if self.case == "global":
+            g[0, 0] = 1.0
+        if self.case == "value":
+            x[0] = "a"
+
+
+@pytest.mark.parametrize("case, message", [
+    ("shape", r"= .*\[4, 8\]: the sub-tile has shape \[2, 8\]"),
+    ("global", "cannot assign to an element of .*global view"),
+    ("value", "expected a register tensor or a scalar"),
+])
+def test_slice_assignment_errors(case, message):
+    with pytest.raises(ScriptError, match=message):
+        BadAssign(case).tile_program(torch.zeros(8, 8), target="sm_80")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case, layout, free", ASSIGN_CASES)
+def test_slice_assignment_matches_torch(case, layout, free):
+    x = torch.randn(32, 32, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    T.SliceAssign(case, layout)(6, x, out)
+    torch.testing.assert_close(out, T.slice_assign_reference(case, x, 6), rtol=1e-5, atol=1e-5)

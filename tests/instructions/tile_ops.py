@@ -288,3 +288,47 @@ class View(tilus.Script):
         r = view_case(self, self.case, x, i)
         go = self.global_view(out_ptr, dtype=r.dtype, shape=list(r.shape))
         self.store_global(go, r, offsets=[0] * len(r.shape))
+
+
+class SliceAssign(tilus.Script):
+    """x[...] = ... on a loaded [32, 32] tile in ``layout``, then x is stored (``i``: a run-time row)."""
+
+    def __init__(self, case, layout="default"):
+        super().__init__()
+        self.case, self.layout = case, layout
+
+    def __call__(self, i: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = WARPS
+        gx = self.global_view(x_ptr, dtype=float32, shape=[32, 32])
+        x = self.load_global(gx, offsets=[0, 0], shape=[32, 32], layout=LAYOUTS[self.layout])
+        if self.case == "scalars":
+            x[3] = 0.0
+            x[:, 8:16] = -1.0
+            x[i, 30] = 7.0
+        elif self.case == "tile":  # rows 16..31 take twice rows 0..15 (free in the default layout)
+            x[16:32] = x[0:16] * 2.0
+        elif self.case == "column":  # column 4 takes the row sums (across threads: shared memory)
+            x[:, 4] = self.sum(x, dim=1)
+        elif self.case == "augmented":
+            x[2:4] += 1.0
+            x[0, 0:8] *= 3.0
+            x[i] -= x[i + 1]
+        self.store_global(self.global_view(out_ptr, dtype=float32, shape=[32, 32]), x, offsets=[0, 0])
+
+
+def slice_assign_reference(case, x, i):
+    x = x.clone()
+    if case == "scalars":
+        x[3] = 0.0
+        x[:, 8:16] = -1.0
+        x[i, 30] = 7.0
+    elif case == "tile":
+        x[16:32] = x[0:16] * 2.0
+    elif case == "column":
+        x[:, 4] = x.sum(1)
+    elif case == "augmented":
+        x[2:4] += 1.0
+        x[0, 0:8] *= 3.0
+        x[i] -= x[i + 1]
+    return x

@@ -10,7 +10,8 @@ its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.regist
     dot.py             Dot (mma.sync atoms, CUDA cores)
     convert_layout.py  ConvertLayout
     misc.py            Sync, Printf
-    views.py           ReshapeRegister, PermuteRegister, SliceRegister, ViewRegister, TensorItemPtr
+    views.py           ReshapeRegister, PermuteRegister, SliceRegister, ViewRegister, SliceAssignRegister,
+                       TensorItemPtr
     scan.py            Scan
 
 Importing this package registers all of them.

@@ -1,5 +1,6 @@
 """Views of register tensors: ``ReshapeRegister``, ``PermuteRegister``, ``SliceRegister``,
-``ViewRegister``; and ``TensorItemPtr`` (the address of a global or shared element).
+``ViewRegister``; ``SliceAssignRegister`` (``x[i, 2:4] = v``); and ``TensorItemPtr`` (the address of
+a global or shared element).
 
 Layout rule: a view's output gets the layout in which every element stays in the thread and
 register that held it (:func:`free_layout`: :func:`~tilus_tvm.layout.register_ops.reshape`,
@@ -19,13 +20,13 @@ from typing import Any, Optional
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
-from tilus_tvm.backend.context import CodegenContext, row_major_linear, shared_offset, sync_threads
+from tilus_tvm.backend.context import CodegenContext, const, row_major_linear, shared_offset, sync_threads
 from tilus_tvm.errors import CompileError, LayoutError, ScriptError
 from tilus_tvm.instructions.elementwise import set_layout
 from tilus_tvm.instructions.registry import register
-from tilus_tvm.ir.tensor import GlobalTensor
-from tilus_tvm.ir.tensor_ops import (PermuteRegister, ReshapeRegister, SliceRegister, TensorItemPtr, ViewRegister,
-                                     check_per_thread_view, element_index_map)
+from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor
+from tilus_tvm.ir.tensor_ops import (PermuteRegister, ReshapeRegister, SliceAssignRegister, SliceRegister,
+                                     TensorItemPtr, ViewRegister, check_per_thread_view, element_index_map)
 from tilus_tvm.layout.register import RegisterLayout
 from tilus_tvm.layout.register_ops import local_slice, merge_local, permute, reshape, split_local
 
@@ -204,6 +205,70 @@ def _gather_through_shared(ctx: CodegenContext, inst: Any) -> None:
     sync_threads()
 
 
+def _assign_free_layout(inst: SliceAssignRegister, dst_layout: RegisterLayout) -> Optional[RegisterLayout]:
+    """The layout of a tensor ``src`` that lands in ``dst``'s sub-tile without moving between threads."""
+    if not all(isinstance(o, int) for o in inst.offsets):
+        return None
+    sliced = _attempt(local_slice, dst_layout, list(inst.offsets), inst.extents())
+    return None if sliced is None else _attempt(reshape, sliced, list(inst.src.shape))
+
+
+def propagate_slice_assign(inst: SliceAssignRegister) -> bool:
+    src, dst = inst.src, inst.dst
+    if isinstance(src, RegisterTensor) and src.layout is None and dst.layout is not None:
+        layout = _assign_free_layout(inst, dst.layout)
+        return layout is not None and set_layout(src, layout)
+    return False
+
+
+def _slice_assign_free(inst: SliceAssignRegister) -> bool:
+    return isinstance(inst.src, RegisterTensor) and inst.src.layout == _assign_free_layout(inst, inst.dst.layout)
+
+
+def emit_slice_assign(ctx: CodegenContext, inst: SliceAssignRegister) -> None:
+    """Free: each source register goes to the destination register that holds its element. Otherwise
+    every destination register inside the sub-tile takes the scalar, or the element of the source
+    (written row-major to shared memory by its owners)."""
+    dst, src = inst.dst, inst.src
+    dst_buf = ctx.reg(dst)
+    if _slice_assign_free(inst):
+        src_buf = ctx.reg(src)
+        for j in range(src.layout.local_size):
+            index = [o + i for o, i in zip(inst.offsets, _placed(inst, src.layout.logical(0, j)))]
+            Tb.buffer_store(dst_buf, src_buf[j], [dst.layout.local_of(index)])
+        return
+    scratch = None
+    if isinstance(src, RegisterTensor):
+        scratch = ctx.shared_view(ctx.plan.offset_of(inst), src.dtype, src.size, f"{dst.name}_patch")
+        sync_threads()
+        with ctx.guarded(ctx.owner_condition(src.layout)):
+            with Tb.unroll(0, src.layout.local_size) as i:
+                Tb.buffer_store(scratch, ctx.reg(src)[i], [row_major_linear(ctx.logical(src.layout, i), src.shape)])
+        sync_threads()
+    extents = inst.extents()
+    with Tb.unroll(0, dst.layout.local_size) as s:
+        index = ctx.logical(dst.layout, s)
+        relative = [i - o if not (isinstance(o, int) and o == 0) else i for i, o in zip(index, inst.offsets)]
+        inside = tirx.const(True, "bool")
+        for r, extent in zip(relative, extents):
+            inside = tirx.And(inside, tirx.And(r >= 0, r < extent))
+        if scratch is None:
+            value = const(src, dst.dtype)
+        else:
+            value = scratch[row_major_linear([relative[d] for d in inst.dims], src.shape)]
+        Tb.buffer_store(dst_buf, tirx.if_then_else(inside, value, dst_buf[s]), [s])
+    if scratch is not None:
+        sync_threads()
+
+
+def _placed(inst: SliceAssignRegister, index: Any) -> list:
+    """A sub-tile index as an index of ``dst`` relative to the offsets (0 in dropped dimensions)."""
+    placed = [0] * len(inst.dst.shape)
+    for d, i in zip(inst.dims, index):
+        placed[d] = i
+    return placed
+
+
 def emit_item_ptr(ctx: CodegenContext, inst: TensorItemPtr) -> None:
     tensor = inst.tensor
     if isinstance(tensor, GlobalTensor):
@@ -216,4 +281,7 @@ def emit_item_ptr(ctx: CodegenContext, inst: TensorItemPtr) -> None:
 
 for _view_type in (ReshapeRegister, PermuteRegister, SliceRegister, ViewRegister):
     register(_view_type, emit=emit_view, propagate=propagate_view, scratch=view_scratch_bytes)
+register(SliceAssignRegister, emit=emit_slice_assign, propagate=propagate_slice_assign,
+         scratch=lambda inst: 0 if not isinstance(inst.src, RegisterTensor) or _slice_assign_free(inst)
+         else inst.src.dtype.storage_bytes(inst.src.size))
 register(TensorItemPtr, emit=emit_item_ptr)

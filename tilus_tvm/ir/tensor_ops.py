@@ -63,6 +63,30 @@ class SliceRegister(Instruction):
 
 
 @dataclass(eq=False)
+class SliceAssignRegister(Instruction):
+    """``dst[index] = src``: the sub-tile of ``dst`` at ``offsets`` along ``dims`` (as in
+    :class:`SliceRegister`) is overwritten with ``src`` (a register tensor of the sub-tile's shape, or a
+    scalar for every element); the rest of ``dst`` is kept."""
+
+    dst: RegisterTensor
+    src: Any  # RegisterTensor or scalar
+    offsets: tuple[Any, ...]
+    dims: tuple[int, ...]
+
+    def operands(self) -> list[RegisterTensor]:
+        return [t for t in (self.src, self.dst) if isinstance(t, RegisterTensor)]
+
+    shape: tuple[int, ...] = ()  # the sub-tile's shape (src's, for a tensor src)
+
+    def extents(self) -> list[int]:
+        """The extent of the sub-tile along every dimension of ``dst`` (1 where an int index drops it)."""
+        extents = [1] * len(self.dst.shape)
+        for d, size in zip(self.dims, self.shape):
+            extents[d] = size
+        return extents
+
+
+@dataclass(eq=False)
 class ViewRegister(Instruction):
     """The bits of ``x`` read as ``output``'s dtype.
 
@@ -243,6 +267,23 @@ def slice_value(x: Any, index: Any) -> OpValue:
     offsets_t, dims_t = tuple(offsets), tuple(dims)
     return OpValue("slice", (x,), x.dtype, tuple(extents),
                    build=lambda out, src: SliceRegister(out, src, offsets_t, dims_t))
+
+
+def slice_assign(builder: Any, dst: Any, index: Any, value: Any) -> None:
+    """Emit ``dst[index] = value`` (``value``: a tensor of the sub-tile's shape, cast to ``dst``'s dtype,
+    or a scalar)."""
+    if not isinstance(dst, RegisterTensor):
+        raise ScriptError(f"cannot assign to an element of {describe(dst)}; only register tensors take x[i] = v")
+    offsets, dims, extents = parse_index(f"{dst.describe()}[...] =", dst.shape, index)
+    value = builder.materialize(value)
+    if isinstance(value, RegisterTensor):
+        if tuple(value.shape) != tuple(extents):
+            raise ScriptError(f"{dst.describe()}[...] = {value.describe()}: the sub-tile has shape {extents}")
+        if value.dtype != dst.dtype:
+            value = builder.cast(value, dst.dtype)
+    elif not is_scalar(value):
+        raise ScriptError(f"{dst.describe()}[...] = {describe(value)}: expected a register tensor or a scalar")
+    builder.emit(SliceAssignRegister(dst, value, tuple(offsets), tuple(dims), tuple(extents)))
 
 
 def _bit_width(op: str, dtype: DataType) -> int:

@@ -209,8 +209,10 @@ class Transpiler:
                 raise ScriptError(f"cannot set self.{target.attr} inside the kernel; hyper-parameters are set in "
                                   f"__init__ and launch settings in self.attrs")
             setattr(owner, target.attr, value)
-        elif isinstance(target, ast.Subscript):
-            raise ScriptError("assigning to an element (x[i] = ...) is not supported; use tensor instructions")
+        elif isinstance(target, ast.Subscript):  # x[i, 2:4] = value: a register tensor's sub-tile
+            from tilus_tvm.ir.tensor_ops import slice_assign
+
+            slice_assign(self.builder, self.eval(target.value), self.eval(target.slice), value)
         else:
             raise ScriptError(f"unsupported assignment target {ast.dump(target)}")
 
@@ -239,8 +241,12 @@ class Transpiler:
         op = BINARY_OPERATORS.get(type(node.op))
         if op is None:
             raise ScriptError(f"operator {type(node.op).__name__} is not supported")
+        if isinstance(node.target, ast.Subscript):  # x[i] += v
+            value = self.apply_binary(op, self.eval(node.target), self.eval(node.value), node.op)
+            self.bind_target(node.target, value)
+            return
         if not isinstance(node.target, ast.Name):
-            raise ScriptError("augmented assignment needs a plain name on the left")
+            raise ScriptError("augmented assignment needs a plain name or a subscript on the left")
         value = self.apply_binary(op, self.lookup(node.target.id), self.eval(node.value), node.op)
         self.bind(node.target.id, value)
 

@@ -51,6 +51,7 @@ REFERENCES = {
     "where": (lambda x, y: torch.where(x > y, x, y * 2), False),
     "where_scalar": (lambda x, y: torch.where(x < 0, torch.zeros_like(x), x), False),
     "clip": (lambda x, y: x.clamp(-0.5, 0.75), False),
+    "where_scalar_cond": (lambda x, y: x, False),
     "compare_ops": (lambda x, y: weighted([x < y, x <= y, x > y, x >= y, x == y, x != y]), False),
     "compare_methods": (lambda x, y: weighted([x < y, x <= y, x > y, x >= y, x == y, x != y]), False),
     "logical": (logical_reference, False),

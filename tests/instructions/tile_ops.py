@@ -39,6 +39,8 @@ def apply(s, op, x, y):
         return s.where(x > y, x, y * 2.0)
     if op == "where_scalar":
         return s.where(x < 0.0, 0.0, x)
+    if op == "where_scalar_cond":  # a run-time bool scalar picks one tensor (block 0: x, then x + 0)
+        return s.where(s.blockIdx.x < 1, x, y) + s.where(s.blockIdx.x > 0, x, 0.0)
     if op == "clip":
         return s.clip(x, -0.5, 0.75)
     if op == "compare_ops":  # operators; the count of true comparisons per element

@@ -8,7 +8,7 @@ from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.tensor import RegisterTensor
 from tilus_tvm.ir.tensor_ops import normalize_dims, scan_value
-from tilus_tvm.ir.values import binary_value, cast_value, is_tensor_like, unary_value, where_value
+from tilus_tvm.ir.values import binary_value, cast_value, is_scalar, is_tensor_like, unary_value, where_value
 from tilus_tvm.lang.instructions.memory import InstructionBase
 
 
@@ -125,10 +125,18 @@ class ComputeInstructions(InstructionBase):
     def where(self, cond: RegisterTensor, x: Any, y: Any, *, out: Optional[RegisterTensor] = None
               ) -> RegisterTensor:
         """``x`` where ``cond`` holds, else ``y`` (elementwise, with broadcasting; x or y may be scalars of
-        the other's dtype). ``cond`` is a bool tensor.
+        the other's dtype). ``cond`` is a bool tensor, or a bool scalar (a run-time condition) that picks
+        one of the tensors as a whole.
 
         >>> z = self.where(x > 0.0, x, 0.0)   # doctest: +SKIP
+        >>> z = self.where(k < n, x, y)       # k, n run-time scalars   # doctest: +SKIP
         """
+        builder = self._builder("where")
+        if not is_tensor_like(cond) and is_scalar(cond):
+            tensors = [v for v in (x, y) if is_tensor_like(v)]
+            if not tensors:
+                raise ScriptError("where: with a scalar cond, x or y must be a register tensor")
+            cond = builder.allocate_register(dtypes.boolean, [1] * len(tensors[0].shape), None, cond)
         return self._result("where", where_value(cond, x, y), out)
 
     def cast(self, x: RegisterTensor, dtype: DataType, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:

@@ -218,6 +218,9 @@ class SharedTensor(Tensor):
     def __invert__(self) -> Any:
         return self.item_ptr()
 
+    def __iter__(self):
+        raise ScriptError(f"shared tensor {self.describe()} cannot be iterated over or unpacked; index it (smem[i])")
+
     def __getitem__(self, index: Any) -> "SharedTensor":
         """A view: ``smem[i]`` (a sub-tensor of the leading dimension, ``i`` a run-time scalar too),
         ``smem[:, 16:32]`` (a sub-tile; slices need a compile-time length), ``smem[i, j]`` (one
@@ -319,6 +322,9 @@ class GlobalTensor:
         from tilus_tvm.ir.tensor_ops import GlobalElement
 
         return GlobalElement(self, tuple(index) if isinstance(index, tuple) else (index,))
+
+    def __iter__(self):
+        raise ScriptError(f"global tensor {self.describe()} cannot be iterated over or unpacked")
 
     def describe(self) -> str:
         return f"{self.name}: {self.dtype.name}{list(self.shape)} (global view of {self.pointer.name})"

@@ -13,6 +13,7 @@ the output that layout); otherwise the data goes through shared memory
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -369,8 +370,8 @@ class ItemPointer:
         import tvm
         from tvm import tirx
 
-        var = tirx.Var(builder.fresh_name(f"{self.tensor.name}_ptr").replace(".", "_").replace("[", "_")
-                       .replace("]", "_").replace(",", "_").replace(" ", ""),
+        root = self.tensor.root.name if isinstance(self.tensor, SharedTensor) else self.tensor.name
+        var = tirx.Var(builder.fresh_name(f"{re.sub(r'[^0-9A-Za-z_]', '_', root)}_ptr"),
                        tvm.ir.PointerType(tvm.ir.PrimType(self.tensor.dtype.name),
                                           "global" if isinstance(self.tensor, GlobalTensor) else "shared.dyn"))
         builder.emit(TensorItemPtr(var, self.tensor, self.indices))

@@ -11,7 +11,6 @@ from tilus_tvm import float32, int32
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.instructions.scan import _Plan, scan_layout
 from tilus_tvm.layout import local, spatial
-from tilus_tvm.layout.register import all_indices
 from tests.instructions import tile_ops as T
 
 

@@ -99,15 +99,25 @@ class ComputeInstructions(InstructionBase):
         return self._result("abs", unary_value(x, "abs"), out)
 
     def neg(self, x: RegisterTensor, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
-        """``-x`` elementwise."""
+        """``-x`` elementwise, for numeric tensors; same shape and dtype.
+
+        >>> y = self.neg(x)   # the same as -x   # doctest: +SKIP
+        """
         return self._result("neg", unary_value(x, "neg"), out)
 
     def square(self, x: RegisterTensor, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
-        """``x * x`` elementwise; same shape and dtype."""
+        """``x * x`` elementwise, for numeric tensors; same shape and dtype.
+
+        >>> energy = self.sum(self.square(x), dim=1)   # doctest: +SKIP
+        """
         return self._result("square", binary_value(x, x, "mul"), out)
 
     def logical_not(self, x: RegisterTensor, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
-        """Elementwise not of a bool tensor (``~x``)."""
+        """Elementwise not of a bool tensor (``~x``); a bool tensor of the same shape. Bitwise not of an
+        integer tensor is ``~x``.
+
+        >>> outside = self.logical_not(inside)   # doctest: +SKIP
+        """
         if is_tensor_like(x) and x.dtype is not dtypes.boolean:
             raise ScriptError(f"logical_not: x {x!r} must be a bool tensor; bitwise not of integers is ~x")
         return self._result("logical_not", unary_value(x, "not"), out)
@@ -140,7 +150,11 @@ class ComputeInstructions(InstructionBase):
         return self._result("where", where_value(cond, x, y), out)
 
     def cast(self, x: RegisterTensor, dtype: DataType, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
-        """Convert every element of ``x`` to ``dtype`` (same shape and layout)."""
+        """Convert every element of ``x`` to ``dtype`` (same shape and layout), as C converts: floats
+        round to nearest, floats to integers truncate toward zero; ``x.to(dtype)`` is the same.
+
+        >>> h = self.cast(acc, float16)   # doctest: +SKIP
+        """
         return self._result("cast", cast_value(x, dtype), out)
 
     # --- reductions ------------------------------------------------------------------------------

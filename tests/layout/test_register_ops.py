@@ -469,3 +469,97 @@ def test_auto_local_spatial_properties(num_threads, shape):
     if shape[-1] > 1 and num_threads > 1:
         zero = [0] * len(shape)
         assert layout.thread_of(zero[:-1] + [1]) == layout.thread_of(zero) + 1
+
+
+# ---- local_slice, split_local, merge_local -----------------------------------------------------
+from tilus_tvm.layout.register_ops import local_slice, merge_local, split_local  # noqa: E402
+
+
+def test_local_slice_examples():
+    layout = local(2, 2).spatial(8, 4).local(1, 2)  # [16, 16]: the outer 2 x 2 blocks are registers
+    assert local_slice(layout, [8, 0], [8, 16]) == local(1, 2).spatial(8, 4).local(1, 2)
+    assert local_slice(layout, [0, 8], [16, 8]) == local(2, 1).spatial(8, 4).local(1, 2)
+    assert local_slice(layout, [8, 8], [8, 8]) == spatial(8, 4).local(1, 2)
+    assert local_slice(layout, [0, 0], [16, 16]) == layout
+    assert local_slice(local(4).spatial(8), [8], [8]) == spatial(8)
+
+
+@pytest.mark.parametrize("offsets, shape, message", [
+    ([0, 0], [4, 16], "dimension 0 would fix a spatial mode of size 2"),
+    ([4, 0], [8, 16], "offset 4 in dimension 0 is not a multiple of the extent 8"),
+    ([0, 0], [16, 3], "extent 3 does not split the modes of dimension 1"),
+    ([12, 0], [8, 16], r"dimension 0 of size 16 does not contain \[12, 12\+8\)"),
+    ([0], [16], "offsets and shape need 2 entries"),
+])
+def test_local_slice_errors(offsets, shape, message):
+    with pytest.raises(LayoutError, match=message):
+        local_slice(local(2, 2).spatial(8, 4).local(1, 2), offsets, shape)
+
+
+@st.composite
+def sub_tiles(draw, layout: RegisterLayout):
+    """Random aligned sub-tiles of ``layout``: per dimension an extent dividing it and an aligned offset."""
+    offsets, shape = [], []
+    for extent in layout.shape:
+        size = draw(st.sampled_from([d for d in range(1, extent + 1) if extent % d == 0]))
+        offsets.append(draw(st.integers(0, extent // size - 1)) * size)
+        shape.append(size)
+    return offsets, shape
+
+
+@PROPERTY
+@given(register_layouts(), st.data())
+def test_local_slice_keeps_every_element_in_its_thread_and_register(layout, data):
+    offsets, shape = data.draw(sub_tiles(layout))
+    try:
+        sliced = local_slice(layout, offsets, shape)
+    except LayoutError as error:
+        assert str(error).startswith("local_slice: the sub-tile of shape")
+        assert "spatial mode" in str(error) or "does not split" in str(error)
+        return
+    assert sliced.num_threads == layout.num_threads and tuple(sliced.shape) == tuple(shape)
+    select = [layout.local_of([o + i for o, i in zip(offsets, sliced.logical(0, j))])
+              for j in range(sliced.local_size)]
+    for index in all_indices(shape):
+        source = [o + i for o, i in zip(offsets, index)]
+        assert [(thread, select[slot]) for thread, slot in sliced.holders(*index)] == layout.holders(*source)
+
+
+@PROPERTY
+@given(register_layouts(ndim=2), st.data())
+def test_local_slice_of_local_outer_modes_always_succeeds(layout, data):
+    outer = data.draw(st.tuples(st.integers(1, 3), st.integers(1, 3)))
+    big = compose(local(*outer), layout)
+    pick = [data.draw(st.integers(0, n - 1)) for n in outer]
+    sliced = local_slice(big, [p * s for p, s in zip(pick, layout.shape)], list(layout.shape))
+    assert sliced == layout
+
+
+def test_split_and_merge_local_examples():
+    assert split_local(spatial(4, 8), 2) == spatial(4, 8).local(1, 2)
+    assert split_local(spatial(4, 8).local(1, 2), 2) == spatial(4, 8).local(1, 4)
+    assert merge_local(spatial(4, 8).local(1, 4), 2) == spatial(4, 8).local(1, 2)
+    assert merge_local(local(2, 1).spatial(4, 8).local(1, 2), 2) == local(2, 1).spatial(4, 8)
+
+
+@pytest.mark.parametrize("layout", [spatial(4, 8), local(1, 2).spatial(4, 8), spatial(4, 8).local(1, 3),
+                                    compose(spatial(4, 8), local(2, 2, ranks=[1, 0]))])
+def test_merge_local_errors(layout):
+    with pytest.raises(LayoutError, match="does not hold groups of 2 consecutive elements"):
+        merge_local(layout, 2)
+
+
+@PROPERTY
+@given(register_layouts(), st.integers(1, 4))
+def test_split_local_keeps_the_bits_in_place_and_merge_undoes_it(layout, factor):
+    if not layout.shape:
+        with pytest.raises(LayoutError, match="no last dimension"):
+            split_local(layout, factor)
+        return
+    split = split_local(layout, factor)
+    assert split.num_threads == layout.num_threads and split.local_size == layout.local_size * factor
+    for index in all_indices(layout.shape):
+        for t in range(factor):
+            narrow = list(index[:-1]) + [index[-1] * factor + t]
+            assert split.holders(*narrow) == [(thread, slot * factor + t) for thread, slot in layout.holders(*index)]
+    assert merge_local(split, factor) == layout

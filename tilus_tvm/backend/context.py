@@ -119,6 +119,8 @@ class CodegenContext:
 
     def shared_element(self, tensor: SharedTensor, coords: Sequence[Any]) -> tuple[tirx.Buffer, Any]:
         """(buffer, element offset) of ``coords`` in a shared tensor or a view of one (``smem[stage]``)."""
+        if not tensor.linear_in_root():  # a sub-tile the swizzle permutes across: address it in the root
+            return self.view(tensor.root), shared_offset(tensor.root.layout, tensor.root_coords(coords))
         offset = shared_offset(tensor.resolved_layout(), coords)
         base = tensor.element_offset()
         if not (isinstance(base, int) and base == 0):

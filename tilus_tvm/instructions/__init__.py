@@ -13,10 +13,14 @@ its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.regist
     convert_layout.py  ConvertLayout
     misc.py            Sync, Printf
     print_tensor.py    PrintTensor
+    views.py           ReshapeRegister, PermuteRegister, SliceRegister, ViewRegister, SliceAssignRegister,
+                       TensorItemPtr
+    scan.py            Scan
 
 Importing this package registers all of them.
 """
 from tilus_tvm.instructions import (allocate, async_copy, cast, convert_layout, dot, elementwise,  # noqa: F401
                                     global_memory, misc, reduce, shared_memory)
 from tilus_tvm.instructions import print_tensor  # noqa: F401
+from tilus_tvm.instructions import scan, views  # noqa: F401
 from tilus_tvm.instructions.registry import InstructionImpl, lookup, register, registered  # noqa: F401

@@ -25,7 +25,7 @@ from tilus_tvm.layout.register import RegisterLayout
 from tilus_tvm.passes.layout_choice import broadcast_layout
 
 UNARY = {
-    "neg": lambda x: -x, "not": tirx.Not, "abs": tirx.abs, "exp": tirx.exp, "exp2": tirx.exp2, "log": tirx.log,
+    "neg": lambda x: -x, "not": tirx.Not, "invert": tirx.bitwise_not, "abs": tirx.abs, "exp": tirx.exp, "exp2": tirx.exp2, "log": tirx.log,
     "log2": tirx.log2, "sqrt": tirx.sqrt, "rsqrt": tirx.rsqrt, "sin": tirx.sin, "cos": tirx.cos,
     "tanh": tirx.tanh, "sigmoid": tirx.sigmoid, "floor": tirx.floor, "ceil": tirx.ceil, "round": tirx.round,
     "erf": tirx.erf,
@@ -35,8 +35,12 @@ BINARY = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
     "floordiv": tirx.floordiv, "mod": tirx.floormod, "max": tirx.max, "min": tirx.min, "pow": tirx.power,
     "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
-    "eq": tirx.EQ, "ne": tirx.NE, "and": tirx.And, "or": tirx.Or,
+    "eq": tirx.EQ, "ne": tirx.NE, "and": tirx.And, "or": tirx.Or, "xor": tirx.NE,
+    "shl": tirx.shift_left, "shr": tirx.shift_right,
 }
+
+# ``&``, ``|``, ``^`` of integer tensors are bitwise (of bool tensors, logical: BINARY above)
+BITWISE = {"and": tirx.bitwise_and, "or": tirx.bitwise_or, "xor": tirx.bitwise_xor}
 
 
 # --- layout rules ----------------------------------------------------------------------------------
@@ -90,8 +94,9 @@ def emit_unary(ctx: CodegenContext, inst: ir.Unary) -> None:
 
 
 def emit_binary(ctx: CodegenContext, inst: ir.Binary) -> None:
-    out, fn = inst.output, BINARY[inst.op]
+    out = inst.output
     operand_dtype = next(t.dtype for t in (inst.lhs, inst.rhs) if isinstance(t, RegisterTensor))
+    fn = BITWISE[inst.op] if inst.op in BITWISE and operand_dtype.is_integer else BINARY[inst.op]
     dst = ctx.reg(out)
     with Tb.unroll(0, out.layout.local_size) as i:
         a = operand_value(ctx, inst.lhs, out.layout, i, operand_dtype)

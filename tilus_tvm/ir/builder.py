@@ -126,14 +126,23 @@ class Builder:
             raise ScriptError(f"{op}: {what} must be a register tensor, got {_describe(value)}")
         return value
 
-    def materialize(self, value: Any) -> Any:
+    def materialize(self, value: Any, out: Optional[RegisterTensor] = None) -> Any:
         """A register tensor holding ``value``: a TensorValue's tree becomes one instruction per node
-        (operands first); register tensors and anything else are returned as they are."""
+        (operands first), the last one writing into ``out`` when given; a value with its own way of
+        being made (``materialize_with``: an element address) makes itself; register tensors and
+        anything else are returned as they are."""
+        if hasattr(type(value), "materialize_with"):
+            return value.materialize_with(self)
         if not isinstance(value, TensorValue):
+            if out is not None and isinstance(value, RegisterTensor):
+                self.assign(self.destination(value.describe(), value.dtype, value.shape, out), value)
+                return out
             return value
         operands = [self.materialize(v) for v in value.operands]
-        out = self.new_register(value.dtype, value.shape)
-        if value.op == "cast":
+        out = self.destination(value.op, value.dtype, value.shape, out)
+        if hasattr(value, "instruction"):
+            self.emit(value.instruction(out, operands))
+        elif value.op == "cast":
             self.emit(ir.Cast(out, operands[0]))
         elif value.op == "where":
             self.emit(ir.Where(out, *operands))
@@ -143,10 +152,22 @@ class Builder:
             self.emit(ir.Binary(out, operands[0], operands[1], value.op))
         return out
 
+    def destination(self, op: str, dtype: DataType, shape: Sequence[int], out: Optional[RegisterTensor]
+                    ) -> RegisterTensor:
+        """The tensor an instruction writes: ``out`` (checked to have the result's dtype and shape) or a
+        new one."""
+        if out is None:
+            return self.new_register(dtype, shape)
+        if not isinstance(out, RegisterTensor) or out.dtype != dtype or tuple(out.shape) != tuple(shape):
+            raise ScriptError(f"{op}: out {_describe(out)} must be a register tensor of dtype {dtype.name} and "
+                              f"shape {list(shape)}, the result's")
+        return out
+
     def cast(self, x: Any, dtype: DataType) -> RegisterTensor:
         return self.materialize(cast_value(x, dtype))
 
-    def reduce(self, x: Any, dim: int, op: str, keepdim: bool) -> RegisterTensor:
+    def reduce(self, x: Any, dim: int, op: str, keepdim: bool, out: Optional[RegisterTensor] = None
+               ) -> RegisterTensor:
         x = self.materialize(x)
         self._require_register(op, x, "x")
         if not isinstance(dim, int) or not -len(x.shape) <= dim < len(x.shape):
@@ -162,7 +183,7 @@ class Builder:
             shape[dim] = 1
         else:
             del shape[dim]
-        out = self.new_register(x.dtype, shape)
+        out = self.destination(op, x.dtype, shape, out)
         self.emit(ir.Reduce(out, x, dim, op, keepdim))
         return out
 

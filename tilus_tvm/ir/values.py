@@ -17,10 +17,11 @@ from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.scalar import is_expr
 
-UNARY_OPS = ("neg", "not", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh",
+UNARY_OPS = ("neg", "not", "invert", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh",
              "sigmoid", "floor", "ceil", "round", "erf")
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min", "pow",
-              "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+              "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor", "shl", "shr")
+BITWISE_OPS = ("and", "or", "xor")  # logical on bool tensors, bitwise on integer tensors
 COMPARISON_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
@@ -101,15 +102,98 @@ class TensorOperators:
     def __or__(self, other):
         return binary_value(self, other, "or")
 
+    def __rfloordiv__(self, other):
+        return binary_value(other, self, "floordiv")
+
+    def __rmod__(self, other):
+        return binary_value(other, self, "mod")
+
+    def __pow__(self, other):
+        return binary_value(self, other, "pow")
+
+    def __rpow__(self, other):
+        return binary_value(other, self, "pow")
+
+    def __rand__(self, other):
+        return binary_value(other, self, "and")
+
+    def __ror__(self, other):
+        return binary_value(other, self, "or")
+
+    def __xor__(self, other):
+        return binary_value(self, other, "xor")
+
+    def __rxor__(self, other):
+        return binary_value(other, self, "xor")
+
+    def __lshift__(self, other):
+        return binary_value(self, other, "shl")
+
+    def __rshift__(self, other):
+        return binary_value(self, other, "shr")
+
     def __neg__(self):
         return unary_value(self, "neg")
 
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return unary_value(self, "abs")
+
     def __invert__(self):
-        return unary_value(self, "not")
+        """``~x``: not of a bool tensor, bitwise not of an integer tensor."""
+        return unary_value(self, "not" if self.dtype is dtypes.boolean else "invert")
 
     def to(self, dtype: Any) -> "TensorValue":
         """``x.to(dtype)`` is ``self.cast(x, dtype)``."""
         return cast_value(self, dtype)
+
+    # --- views (tilus_tvm.ir.tensor_ops builds them) ----------------------------------------------
+    def __getitem__(self, index):
+        """``x[0]``, ``x[:, 2:4]``, ``x[i, ...]``: a sub-tile (int indices drop their dimension; slices
+        need a compile-time length). Free when the sub-tile lies in a subset of each thread's
+        registers, else gathered through shared memory."""
+        from tilus_tvm.ir.tensor_ops import slice_value
+
+        return slice_value(self, index)
+
+    def __iter__(self):
+        # without this, Python would iterate through __getitem__(0), (1), ... until an IndexError
+        raise ScriptError(f"register tensor {describe(self)} cannot be iterated over or unpacked; index it "
+                          f"(x[i]) or loop over a range")
+
+    def reshape(self, *shape: Any) -> "TensorValue":
+        """``self.reshape(x, shape)``."""
+        from tilus_tvm.ir.tensor_ops import reshape_value
+
+        return reshape_value(self, list(shape[0]) if len(shape) == 1 and isinstance(shape[0], (list, tuple))
+                             else list(shape))
+
+    def squeeze(self, dim: Any) -> "TensorValue":
+        """``self.squeeze(x, dim)``."""
+        from tilus_tvm.ir.tensor_ops import squeeze_value
+
+        return squeeze_value(self, dim)
+
+    def unsqueeze(self, dim: Any) -> "TensorValue":
+        """``self.unsqueeze(x, dim)``."""
+        from tilus_tvm.ir.tensor_ops import unsqueeze_value
+
+        return unsqueeze_value(self, dim)
+
+    def transpose(self) -> "TensorValue":
+        """``self.transpose(x)`` of a 2-D tensor."""
+        from tilus_tvm.ir.tensor_ops import transpose_value
+
+        return transpose_value(self)
+
+    def permute(self, *dims: Any) -> "TensorValue":
+        """``self.permute(x, dims)``."""
+        from tilus_tvm.ir.tensor_ops import permute_value
+
+        return permute_value(self, tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (list, tuple))
+                             else tuple(dims))
 
     def __bool__(self):
         raise ScriptError(f"tensor {describe(self)} has no truth value; use self.where(...) or compare scalars")
@@ -169,7 +253,11 @@ def unary_value(x: Any, op: str) -> TensorValue:
     _reject_packed(op, x)
     if op == "not" and x.dtype is not dtypes.boolean:
         raise ScriptError(f"not: operand {describe(x)} must be bool")
-    if op not in ("neg", "abs", "not") and not x.dtype.is_float:
+    if op == "invert" and not x.dtype.is_integer:
+        raise ScriptError(f"~: operand {describe(x)} must be an integer (bitwise not) or bool tensor")
+    if op in ("neg", "abs") and x.dtype is dtypes.boolean:
+        raise ScriptError(f"{op}: operand {describe(x)} is bool; it needs a numeric dtype")
+    if op not in ("neg", "abs", "not", "invert") and not x.dtype.is_float:
         raise ScriptError(f"{op}: operand {describe(x)} must have a floating-point dtype")
     return TensorValue(op, (x,), x.dtype, tuple(x.shape))
 
@@ -187,8 +275,13 @@ def binary_value(lhs: Any, rhs: Any, op: str) -> TensorValue:
                           f"cast one side with self.cast(x, dtype)")
     dtype = tensors[0].dtype
     shape = tuple(tensors[0].shape) if len(tensors) == 1 else broadcast_shape(op, lhs.shape, rhs.shape)
-    if op in ("and", "or") and dtype is not dtypes.boolean:
-        raise ScriptError(f"{op}: operands must be bool tensors, got {describe(tensors[0])}")
+    if op in BITWISE_OPS and dtype is not dtypes.boolean and not dtype.is_integer:
+        raise ScriptError(f"{op}: operands must be bool (logical) or integer (bitwise) tensors, got "
+                          f"{describe(tensors[0])}")
+    if op in ("shl", "shr") and not dtype.is_integer:
+        raise ScriptError(f"{op}: shifts need integer tensors, got {describe(tensors[0])}")
+    if op == "pow" and not dtype.is_float:
+        raise ScriptError(f"pow: operands must be floating-point tensors, got {describe(tensors[0])}")
     if op == "div" and not dtype.is_float:
         raise ScriptError(f"div: `/` needs floating-point tensors, got {describe(tensors[0])}; use // for "
                           f"integer division")

@@ -216,8 +216,10 @@ class Transpiler(LoopStatements):
                 raise ScriptError(f"cannot set self.{target.attr} inside the kernel; hyper-parameters are set in "
                                   f"__init__ and launch settings in self.attrs")
             setattr(owner, target.attr, value)
-        elif isinstance(target, ast.Subscript):
-            raise ScriptError("assigning to an element (x[i] = ...) is not supported; use tensor instructions")
+        elif isinstance(target, ast.Subscript):  # x[i, 2:4] = value: a register tensor's sub-tile
+            from tilus_tvm.ir.tensor_ops import slice_assign
+
+            slice_assign(self.builder, self.eval(target.value), self.eval(target.slice), value)
         else:
             raise ScriptError(f"unsupported assignment target {ast.dump(target)}")
 
@@ -246,8 +248,12 @@ class Transpiler(LoopStatements):
         op = BINARY_OPERATORS.get(type(node.op))
         if op is None:
             raise ScriptError(f"operator {type(node.op).__name__} is not supported")
+        if isinstance(node.target, ast.Subscript):  # x[i] += v
+            value = self.apply_binary(op, self.eval(node.target), self.eval(node.value), node.op)
+            self.bind_target(node.target, value)
+            return
         if not isinstance(node.target, ast.Name):
-            raise ScriptError("augmented assignment needs a plain name on the left")
+            raise ScriptError("augmented assignment needs a plain name or a subscript on the left")
         value = self.apply_binary(op, self.lookup(node.target.id), self.eval(node.value), node.op)
         self.bind(node.target.id, value)
 
@@ -382,6 +388,10 @@ class Transpiler(LoopStatements):
         if getattr(func, "__self__", None) is self.script:  # an instruction: its operands become tensors
             args = [self.builder.materialize(a) for a in args]
             kwargs = {k: self.builder.materialize(v) for k, v in kwargs.items()}
+        else:  # scalars that are made on use (an element address, ~g[i]) are made for any callee
+            args = [self.builder.materialize(a) if hasattr(type(a), "materialize_with") else a for a in args]
+            kwargs = {k: self.builder.materialize(v) if hasattr(type(v), "materialize_with") else v
+                      for k, v in kwargs.items()}
         return func(*args, **kwargs)
 
     def apply_binary(self, op: Callable, lhs: Any, rhs: Any, node_op: ast.operator) -> Any:
@@ -451,9 +461,7 @@ class Transpiler(LoopStatements):
     def eval_subscript(self, node: ast.Subscript) -> Any:
         value = self.eval(node.value)
         index = self.eval(node.slice)
-        if is_tensor_like(value):
-            raise ScriptError(f"indexing register tensor {value.name} is not supported")
-        return value[index]
+        return value[index]  # a register tensor's sub-tile is a tensor value (tilus_tvm.ir.tensor_ops)
 
     def eval_slice(self, node: ast.Slice) -> slice:
         part = lambda n: None if n is None else self.eval(n)  # noqa: E731
@@ -493,6 +501,8 @@ class Transpiler(LoopStatements):
             finally:
                 self.scopes.pop()
 
+        function.__signature__ = inspect.Signature(  # so its parameters' names show (printer, register_tensor)
+            [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
         return function
 
     EXPRESSIONS: dict[type, Callable] = {

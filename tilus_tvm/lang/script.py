@@ -29,6 +29,7 @@ from tilus_tvm.lang.instructions.dot_split import DotSplitInstructions
 from tilus_tvm.lang.instructions.lowp import LowPrecisionInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
 from tilus_tvm.lang.instructions.scalar_memory import ScalarMemoryInstructions
+from tilus_tvm.lang.instructions.views import ViewInstructions
 from tilus_tvm.lang.instructions.workspace import WorkspaceInstructions
 from tilus_tvm.target import MAX_GRID
 
@@ -150,7 +151,7 @@ class _ScriptState:
 
 class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, AssignInstructions,
              ScalarMemoryInstructions, DebugInstructions, CudaHelpersMixin, WorkspaceInstructions,
-             LowPrecisionInstructions):
+             LowPrecisionInstructions, ViewInstructions):
     """Base class of kernels (see the module docstring)."""
 
     _kernel_fn = None

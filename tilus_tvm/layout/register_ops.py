@@ -8,6 +8,9 @@ pairs and returns a new :class:`RegisterLayout` in canonical form:
 - :func:`concat` puts two layouts side by side in new dimensions (:func:`compose`, its partner,
   lives in ``register.py``), :func:`divide` undoes :func:`compose`;
 - :func:`reduce` turns the threads of reduced dimensions into replicas;
+- :func:`local_slice` keeps a sub-tile held in a subset of each thread's registers;
+  :func:`split_local` / :func:`merge_local` relate the layouts of a tile viewed with a narrower or
+  wider element type (same bits in the same registers);
 - :func:`auto_local_spatial` builds a ``local(...).spatial(...)`` layout for a thread count.
 
 Operations that must cut a mode in two (``reshape``, ``divide``) work on :class:`_Modes`, a
@@ -369,6 +372,95 @@ def reduce(layout: RegisterLayout, dims: int | Sequence[int], keepdims: bool = F
         spatial_modes=[spatial_entry(m) for m in layout.spatial_modes],
         local_modes=[number[m] for m in layout.local_modes if m not in reduced],
     )
+
+
+def local_slice(layout: RegisterLayout, offsets: Sequence[int], shape: Sequence[int]) -> RegisterLayout:
+    """The layout of the sub-tile ``[offsets[d], offsets[d] + shape[d])`` of ``layout`` when every
+    thread keeps exactly the elements of the sub-tile it already held, in some of its registers:
+    with ``result = local_slice(layout, offsets, shape)`` and ``select(j) =
+    layout.local_of(offsets + result.logical(0, j))``,
+
+        result.holders(*i) == [(thread, j) for each (thread, select(j)) in layout.holders(*(offsets + i))]
+
+    (the same slot selection in every thread).
+
+    Along each dimension the sub-tile must be a whole block of the dimension's inner modes: its
+    extent a suffix product of the modes (a mode may be cut in two), its offset a multiple of the
+    extent; the outer modes it fixes must be local (a fixed spatial digit would leave threads
+    without elements). The result's slot ``j`` is slot ``layout.local_of(offsets + logical(0, j))``.
+
+    >>> local_slice(local(4).spatial(8), offsets=[16], shape=[8])
+    RegisterLayout(shape=[8], mode_shape=[8], spatial_modes=[0], local_modes=[])
+    """
+    _check_layout(layout, "local_slice")
+    offsets, shape = list(offsets), _check_shape(shape, "local_slice")
+
+    def fail(reason: str) -> LayoutError:
+        return LayoutError(f"local_slice: the sub-tile of shape {shape} at offsets {offsets} of layout {layout} "
+                           f"is not held in a subset of each thread's registers: {reason}")
+
+    if len(offsets) != len(layout.shape) or len(shape) != len(layout.shape):
+        raise fail(f"offsets and shape need {len(layout.shape)} entries")
+    modes = _Modes(layout)
+    fixed: set[int] = set()
+    for d, (offset, extent) in enumerate(zip(offsets, shape)):
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 or offset + extent > layout.shape[d]:
+            raise fail(f"dimension {d} of size {layout.shape[d]} does not contain [{offset}, {offset}+{extent})")
+        if offset % extent:
+            raise fail(f"offset {offset} in dimension {d} is not a multiple of the extent {extent}")
+        if not modes.cut(modes.groups[d], extent):
+            raise fail(f"extent {extent} does not split the modes of dimension {d}")
+        outer, inner = modes.take_suffix(modes.groups[d], extent)
+        for m in outer:
+            if m in modes.spatial and modes.size[m] > 1:
+                raise fail(f"dimension {d} would fix a spatial mode of size {modes.size[m]}")
+        fixed.update(outer)
+        modes.groups[d] = inner
+    return modes.to_layout(shape, modes.groups, modes.spatial, [m for m in modes.local if m not in fixed])
+
+
+def split_local(layout: RegisterLayout, factor: int) -> RegisterLayout:
+    """Every element becomes ``factor`` consecutive elements along the last dimension, held by the
+    same threads in consecutive registers: element ``(..., j * factor + t)`` of the result is in slot
+    ``layout.local_of(..., j) * factor + t``. The layout of a tile viewed with an element type
+    ``factor`` times narrower (a ``uint32`` tile seen as ``float16``: the bits stay in place).
+
+    >>> split_local(spatial(4, 8), 2)
+    RegisterLayout(shape=[4, 16], mode_shape=[4, 8, 2], spatial_modes=[0, 1], local_modes=[2])
+    """
+    _check_layout(layout, "split_local")
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise LayoutError(f"split_local: factor must be a positive int, got {factor!r}")
+    if not layout.shape:
+        raise LayoutError(f"split_local: layout {layout} has no last dimension")
+    # the last dimension's modes are the last ones, so the new innermost mode is appended
+    return RegisterLayout(layout.shape[:-1] + (layout.shape[-1] * factor,), layout.mode_shape + (factor,),
+                          layout.spatial_modes, layout.local_modes + (len(layout.mode_shape),))
+
+
+def merge_local(layout: RegisterLayout, factor: int) -> RegisterLayout:
+    """The inverse of :func:`split_local`: ``factor`` consecutive elements along the last dimension
+    held in consecutive registers of one thread become one element (a ``float16`` tile seen as
+    ``uint32``). Possible when the last dimension's innermost mode is local, the least significant
+    register digit, and a multiple of ``factor``.
+
+    >>> merge_local(spatial(4, 8).local(1, 2), 2)
+    RegisterLayout(shape=[4, 8], mode_shape=[4, 8], spatial_modes=[0, 1], local_modes=[])
+    """
+    _check_layout(layout, "merge_local")
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise LayoutError(f"merge_local: factor must be a positive int, got {factor!r}")
+    if factor == 1:
+        return layout
+    inner = layout.grouped_modes[-1][-1] if layout.shape and layout.grouped_modes[-1] else None
+    if inner is None or not layout.local_modes or layout.local_modes[-1] != inner or layout.mode_shape[inner] % factor:
+        raise LayoutError(f"merge_local: layout {layout} does not hold groups of {factor} consecutive elements of "
+                          f"the last dimension in consecutive registers (its innermost mode must be local, the "
+                          f"last register digit, and a multiple of {factor})")
+    mode_shape = list(layout.mode_shape)
+    mode_shape[inner] //= factor
+    return RegisterLayout(layout.shape[:-1] + (layout.shape[-1] // factor,), mode_shape, layout.spatial_modes,
+                          layout.local_modes)
 
 
 # ---- construction ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Computation instructions of ``tilus_tvm.Script``: elementwise math, reductions, dot, printf."""
+"""Computation instructions of ``tilus_tvm.Script``: elementwise math, reductions, scans, dot, printf."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -7,34 +7,53 @@ from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.tensor import RegisterTensor
-from tilus_tvm.ir.values import binary_value, cast_value, unary_value, where_value
+from tilus_tvm.ir.tensor_ops import normalize_dims, scan_value
+from tilus_tvm.ir.values import binary_value, cast_value, is_scalar, is_tensor_like, unary_value, where_value
 from tilus_tvm.lang.instructions.memory import InstructionBase
 
 
+_UNARY_DOCS = {
+    "exp": "``e ** x``", "exp2": "``2 ** x``", "log": "the natural logarithm", "log2": "the base-2 logarithm",
+    "sqrt": "the square root", "rsqrt": "``1 / sqrt(x)``", "sin": "the sine (radians)", "cos": "the cosine (radians)",
+    "tanh": "the hyperbolic tangent", "sigmoid": "``1 / (1 + exp(-x))``", "floor": "the largest integer not above x",
+    "ceil": "the smallest integer not below x", "erf": "the error function",
+    "round": "x rounded to the nearest integer, halves to even (``rint``: 0.5 -> 0, 1.5 -> 2, -2.5 -> -2)",
+}
+
+
 def _unary(op: str):
-    def method(self, x: RegisterTensor) -> RegisterTensor:
-        self._builder(op)
-        return unary_value(x, op)
+    def method(self, x: RegisterTensor, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        return self._result(op, unary_value(x, op), out)
 
     method.__name__ = op
-    method.__doc__ = (f"Elementwise ``{op}`` of a floating-point register tensor; same shape, dtype and layout."
-                      if op != "abs" else "Elementwise absolute value; same shape, dtype and layout.")
+    what = _UNARY_DOCS.get(op)
+    method.__doc__ = (f"Elementwise {what} of a floating-point register tensor (float16, bfloat16, float32, "
+                      f"float64); same shape, dtype and layout. ``out``: a register tensor of the same dtype and "
+                      f"shape to write the result into (it may be ``x``).\n\n"
+                      f"        >>> y = self.{op}(x)   # doctest: +SKIP\n")
     return method
 
 
 def _binary(op: str, doc: str):
-    def method(self, lhs: Any, rhs: Any) -> RegisterTensor:
-        self._builder(op)
-        return binary_value(lhs, rhs, op)
+    def method(self, lhs: Any, rhs: Any, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        return self._result(op, binary_value(lhs, rhs, op), out)
 
     method.__name__ = op
     method.__doc__ = doc + (" Operands broadcast against each other (equal ranks, size-1 dimensions stretch);"
-                            " either may be a scalar, which takes the tensor's dtype.")
+                            " either may be a scalar, which takes the tensor's dtype; both tensors must have one"
+                            " dtype. ``out``: a register tensor of the result's dtype and shape to write into"
+                            " (it may be an operand).\n\n"
+                            "        >>> z = self.add(x, y)   # doctest: +SKIP\n")
     return method
 
 
 class ComputeInstructions(InstructionBase):
-    """Elementwise math, casts, reductions, dot and printf."""
+    """Elementwise math, casts, reductions, scans, dot and printf."""
+
+    def _result(self, op: str, value: Any, out: Optional[RegisterTensor]) -> Any:
+        """``value`` as it is (a lazy tensor value) or, with ``out``, computed into ``out``."""
+        builder = self._builder(op)
+        return value if out is None else builder.materialize(value, out)
 
     exp = _unary("exp")
     exp2 = _unary("exp2")
@@ -50,12 +69,12 @@ class ComputeInstructions(InstructionBase):
     ceil = _unary("ceil")
     round = _unary("round")
     erf = _unary("erf")
-    abs = _unary("abs")
 
     add = _binary("add", "``lhs + rhs`` elementwise.")
     sub = _binary("sub", "``lhs - rhs`` elementwise.")
     mul = _binary("mul", "``lhs * rhs`` elementwise.")
-    div = _binary("div", "``lhs / rhs`` elementwise.")
+    div = _binary("div", "``lhs / rhs`` elementwise (floating point; ``//`` for integers).")
+    mod = _binary("mod", "``lhs % rhs`` elementwise (integers, floored like Python).")
     maximum = _binary("max", "Elementwise maximum.")
     minimum = _binary("min", "Elementwise minimum.")
     pow = _binary("pow", "``lhs ** rhs`` elementwise (floating point).")
@@ -65,37 +84,160 @@ class ComputeInstructions(InstructionBase):
     less_equal = _binary("le", "``lhs <= rhs`` elementwise, a bool tensor.")
     greater_than = _binary("gt", "``lhs > rhs`` elementwise, a bool tensor.")
     greater_equal = _binary("ge", "``lhs >= rhs`` elementwise, a bool tensor.")
-    logical_and = _binary("and", "Elementwise and of bool tensors.")
-    logical_or = _binary("or", "Elementwise or of bool tensors.")
+    logical_and = _binary("and", "Elementwise and of bool tensors (``&``).")
+    logical_or = _binary("or", "Elementwise or of bool tensors (``|``).")
+    logical_xor = _binary("xor", "Elementwise exclusive or of bool tensors (``^``).")
+    bitwise_and = _binary("and", "Elementwise bitwise and of integer tensors (``&``).")
+    bitwise_or = _binary("or", "Elementwise bitwise or of integer tensors (``|``).")
+    bitwise_xor = _binary("xor", "Elementwise bitwise exclusive or of integer tensors (``^``).")
 
-    def neg(self, x: RegisterTensor) -> RegisterTensor:
-        """``-x`` elementwise."""
-        self._builder("neg")
-        return unary_value(x, "neg")
+    def abs(self, x: RegisterTensor, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Elementwise absolute value of a numeric register tensor; same shape, dtype and layout.
 
-    def where(self, cond: RegisterTensor, x: Any, y: Any) -> RegisterTensor:
-        """``x`` where ``cond`` holds, else ``y`` (elementwise, with broadcasting; x or y may be scalars)."""
-        self._builder("where")
-        return where_value(cond, x, y)
+        >>> y = self.abs(x)   # doctest: +SKIP
+        """
+        return self._result("abs", unary_value(x, "abs"), out)
 
-    def cast(self, x: RegisterTensor, dtype: DataType) -> RegisterTensor:
-        """Convert every element of ``x`` to ``dtype`` (same shape and layout)."""
-        self._builder("cast")
-        return cast_value(x, dtype)
+    def neg(self, x: RegisterTensor, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """``-x`` elementwise, for numeric tensors; same shape and dtype.
 
-    def sum(self, x: RegisterTensor, dim: int, keepdim: bool = False) -> RegisterTensor:
-        """Sum over dimension ``dim`` (removed, or kept as size 1 with ``keepdim``). The threads that
-        share a reduced row combine their partial sums with warp shuffles or shared memory; the result
-        is held by all of them (a replicated layout)."""
-        return self._builder("sum").reduce(x, dim, "sum", keepdim)
+        >>> y = self.neg(x)   # the same as -x   # doctest: +SKIP
+        """
+        return self._result("neg", unary_value(x, "neg"), out)
 
-    def max(self, x: RegisterTensor, dim: int, keepdim: bool = False) -> RegisterTensor:
-        """Maximum over dimension ``dim`` (see :meth:`sum`)."""
-        return self._builder("max").reduce(x, dim, "max", keepdim)
+    def square(self, x: RegisterTensor, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """``x * x`` elementwise, for numeric tensors; same shape and dtype.
 
-    def min(self, x: RegisterTensor, dim: int, keepdim: bool = False) -> RegisterTensor:
-        """Minimum over dimension ``dim`` (see :meth:`sum`)."""
-        return self._builder("min").reduce(x, dim, "min", keepdim)
+        >>> energy = self.sum(self.square(x), dim=1)   # doctest: +SKIP
+        """
+        return self._result("square", binary_value(x, x, "mul"), out)
+
+    def logical_not(self, x: RegisterTensor, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Elementwise not of a bool tensor (``~x``); a bool tensor of the same shape. Bitwise not of an
+        integer tensor is ``~x``.
+
+        >>> outside = self.logical_not(inside)   # doctest: +SKIP
+        """
+        if is_tensor_like(x) and x.dtype is not dtypes.boolean:
+            raise ScriptError(f"logical_not: x {x!r} must be a bool tensor; bitwise not of integers is ~x")
+        return self._result("logical_not", unary_value(x, "not"), out)
+
+    def clip(self, x: RegisterTensor, min: Any, max: Any, *, out: Optional[RegisterTensor] = None
+             ) -> RegisterTensor:
+        """Every element of ``x`` limited to ``[min, max]``: ``minimum(maximum(x, min), max)``. ``min`` and
+        ``max`` are scalars (compile-time numbers or run-time scalar expressions, cast to ``x``'s dtype)
+        or tensors that broadcast against ``x``. Same shape and dtype as ``x``.
+
+        >>> y = self.clip(x, -1.0, 1.0)   # doctest: +SKIP
+        """
+        return self._result("clip", binary_value(binary_value(x, min, "max"), max, "min"), out)
+
+    def where(self, cond: RegisterTensor, x: Any, y: Any, *, out: Optional[RegisterTensor] = None
+              ) -> RegisterTensor:
+        """``x`` where ``cond`` holds, else ``y`` (elementwise, with broadcasting; x or y may be scalars of
+        the other's dtype). ``cond`` is a bool tensor, or a bool scalar (a run-time condition) that picks
+        one of the tensors as a whole.
+
+        >>> z = self.where(x > 0.0, x, 0.0)   # doctest: +SKIP
+        >>> z = self.where(k < n, x, y)       # k, n run-time scalars   # doctest: +SKIP
+        """
+        builder = self._builder("where")
+        if not is_tensor_like(cond) and is_scalar(cond):
+            tensors = [v for v in (x, y) if is_tensor_like(v)]
+            if not tensors:
+                raise ScriptError("where: with a scalar cond, x or y must be a register tensor")
+            cond = builder.allocate_register(dtypes.boolean, [1] * len(tensors[0].shape), None, cond)
+        return self._result("where", where_value(cond, x, y), out)
+
+    def cast(self, x: RegisterTensor, dtype: DataType, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Convert every element of ``x`` to ``dtype`` (same shape and layout), as C converts: floats
+        round to nearest, floats to integers truncate toward zero; ``x.to(dtype)`` is the same.
+
+        >>> h = self.cast(acc, float16)   # doctest: +SKIP
+        """
+        return self._result("cast", cast_value(x, dtype), out)
+
+    # --- reductions ------------------------------------------------------------------------------
+    def _reduce(self, op: str, x: RegisterTensor, dim: Any, keepdim: bool, out: Optional[RegisterTensor]):
+        builder = self._builder(op)
+        x = builder.materialize(x)
+        if not isinstance(x, RegisterTensor):
+            raise ScriptError(f"{op}: x must be a register tensor, got {x!r}")
+        dims = list(range(len(x.shape))) if dim is None else normalize_dims(op, dim, len(x.shape))
+        dims = sorted(dims, reverse=True)  # the last first, so the others keep their positions
+        for k, d in enumerate(dims):
+            x = builder.reduce(x, d, op, bool(keepdim), out if k == len(dims) - 1 else None)
+        return x
+
+    def sum(self, x: RegisterTensor, dim: Any = None, keepdim: bool = False, *,
+            out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Sum over dimension(s) ``dim`` (an int, a list of ints, or None for all), removed or kept as size
+        1 with ``keepdim``. Threads that hold parts of one reduced row combine their partial results
+        with warp shuffles when they sit in one warp at power-of-two lane strides, else through shared
+        memory (rows spread over several warps); the result is held by all of them (a replicated
+        layout). ``out``: a register tensor of the result's dtype and shape to write into.
+
+        >>> row_sums = self.sum(x, dim=1, keepdim=True)   # [m, n] -> [m, 1]   # doctest: +SKIP
+        >>> total = self.sum(x, dim=[0, 1], keepdim=True)  # [m, n] -> [1, 1]   # doctest: +SKIP
+        """
+        return self._reduce("sum", x, dim, keepdim, out)
+
+    def max(self, x: RegisterTensor, dim: Any = None, keepdim: bool = False, *,
+            out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Maximum over dimension(s) ``dim`` (see :meth:`sum`). (``max(a, b)`` of two scalars inside a
+        kernel is Python's ``max``, which also takes run-time scalar expressions.)"""
+        return self._reduce("max", x, dim, keepdim, out)
+
+    def min(self, x: RegisterTensor, dim: Any = None, keepdim: bool = False, *,
+            out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Minimum over dimension(s) ``dim`` (see :meth:`sum`)."""
+        return self._reduce("min", x, dim, keepdim, out)
+
+    def any(self, x: RegisterTensor, dim: Any = None, keepdim: bool = False, *,
+            out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Whether any element of a bool tensor holds along dimension(s) ``dim`` (see :meth:`sum`);
+        a bool tensor."""
+        return self._bool_reduce("any", "max", x, dim, keepdim, out)
+
+    def all(self, x: RegisterTensor, dim: Any = None, keepdim: bool = False, *,
+            out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Whether every element of a bool tensor holds along dimension(s) ``dim`` (see :meth:`sum`);
+        a bool tensor."""
+        return self._bool_reduce("all", "min", x, dim, keepdim, out)
+
+    def _bool_reduce(self, op: str, via: str, x: Any, dim: Any, keepdim: bool, out: Optional[RegisterTensor]):
+        builder = self._builder(op)
+        if not is_tensor_like(x) or x.dtype is not dtypes.boolean:
+            raise ScriptError(f"{op}: x must be a bool register tensor, got {x!r}")
+        counts = self._reduce(via, builder.cast(x, dtypes.int32), dim, keepdim, None)
+        return builder.materialize(binary_value(counts, 0, "ne"), out)
+
+    def scan(self, x: RegisterTensor, *, dim: int, op: str = "add", exclusive: bool = False,
+             out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Prefix ``op`` of ``x`` along ``dim``: element ``i`` of the result combines the elements
+        ``0..i`` of ``x`` (inclusive) or ``0..i-1`` (``exclusive``; the first is op's identity: 0, 1,
+        -inf, +inf, all ones, 0, 0), independently for every other index. ``op`` is one of ``'add'``,
+        ``'mul'``, ``'max'``, ``'min'`` and, on integer or bool tensors, ``'and'``, ``'or'``, ``'xor'``.
+
+        Each thread scans its own run of elements, then the threads that share a row combine their
+        totals with warp shuffles (or through shared memory when the row spans warps). Layouts in
+        which a thread's elements of a row are not one contiguous run are converted first. Same shape
+        and dtype as ``x``; ``out`` may be ``x``.
+
+        >>> offsets = self.scan(counts, dim=1, op="add", exclusive=True)   # doctest: +SKIP
+        """
+        builder = self._builder("scan")
+        return builder.materialize(scan_value(x, dim, op, exclusive), out)
+
+    def cumsum(self, x: RegisterTensor, *, dim: int, exclusive: bool = False,
+               out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Cumulative sum along ``dim``: :meth:`scan` with ``op='add'`` (like ``torch.cumsum``)."""
+        return self.scan(x, dim=dim, op="add", exclusive=exclusive, out=out)
+
+    def cumprod(self, x: RegisterTensor, *, dim: int, exclusive: bool = False,
+                out: Optional[RegisterTensor] = None) -> RegisterTensor:
+        """Cumulative product along ``dim``: :meth:`scan` with ``op='mul'`` (like ``torch.cumprod``)."""
+        return self.scan(x, dim=dim, op="mul", exclusive=exclusive, out=out)
 
     def dot(self, a: RegisterTensor, b: RegisterTensor, c: Optional[RegisterTensor] = None, /, *,
             acc_dtype: Optional[DataType] = None, out: Optional[RegisterTensor] = None) -> RegisterTensor:

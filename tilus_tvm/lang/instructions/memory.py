@@ -133,6 +133,8 @@ class MemoryInstructions(InstructionBase):
         layout = check_layout("register_tensor", layout, shape, builder.num_threads)
         if init is not None and not is_scalar(init) and not callable(init):  # is_scalar first: exprs are callable
             raise ScriptError(f"register_tensor: init must be a scalar or a function of the indices, got {init!r}")
+        if init is not None and not is_scalar(init):
+            init = IndexFunction.of(init, len(shape))
         return builder.allocate_register(dtype, shape, layout, init)
 
     def shared_tensor(self, dtype: DataType, shape: Sequence[int], layout: Any = None) -> SharedTensor:
@@ -301,6 +303,55 @@ class MemoryInstructions(InstructionBase):
         """Barrier for all threads of the block (``__syncthreads``): shared-memory writes before it are
         visible to reads after it."""
         self._builder("sync").sync()
+
+
+class IndexFunction:
+    """``init=lambda i, j: ...`` of a register tensor, applied once, while the kernel is translated, to
+    index variables: the expression it returns is kept and the variables are replaced by each
+    element's index when the tensor is filled (so the function may use any name in scope where it
+    is written, a loop variable included, and its errors point at that line)."""
+
+    def __init__(self, params: list, body: Any):
+        self.params = params
+        self.body = body
+
+    @staticmethod
+    def of(fn: Any, rank: int) -> "IndexFunction":
+        import inspect
+
+        from tvm import tirx
+
+        try:
+            names = [p.name for p in inspect.signature(fn).parameters.values()
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            names = []
+        if len(names) != rank:
+            names = [f"i{d}" for d in range(rank)]
+        params = [tirx.Var(name, "int32") for name in names]
+        body = fn(*params)
+        if not is_scalar(body):
+            raise ScriptError(f"register_tensor: init({', '.join(names)}) must return a scalar, got {body!r}")
+        return IndexFunction(params, body)
+
+    @property
+    def __signature__(self):
+        import inspect
+
+        return inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                  for p in self.params])
+
+    def __call__(self, *indices: Any) -> Any:
+        from tvm import tirx
+
+        from tilus_tvm.ir.scalar import is_expr
+
+        if not is_expr(self.body):
+            return self.body  # a Python number: the same for every element
+        from tvm.tirx import _ffi_api
+
+        return _ffi_api.LambdaExprApply(_ffi_api.LambdaExpr(self.params, self.body),
+                                        [tirx.const(i, "int32") if isinstance(i, int) else i for i in indices])
 
 
 def _check_static_tile(op: str, tensor: SharedTensor, offsets, shape, dims) -> None:

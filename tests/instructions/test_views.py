@@ -1,0 +1,249 @@
+"""Views of register tensors: reshape, squeeze, unsqueeze, flatten, transpose, permute, subscripts and
+bit views. Free where the layout keeps every element in its register (checked: no shared memory),
+gathered through shared memory otherwise: lowering and PTX on the CPU, errors, numerics on the GPU."""
+import pytest
+import torch
+import tvm
+
+import tilus_tvm as tilus
+from tilus_tvm import float16, float32, int32, int4b
+from tilus_tvm.errors import CompileError, ScriptError
+from tests.instructions import tile_ops as T
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path):
+    tilus.set_cache_dir(tmp_path)
+    yield
+    tilus.set_cache_dir(None)
+
+
+def per_thread_reference(x):
+    """Thread t's slot s of PER_THREAD_OUT holds the bits of its slot s of PER_THREAD_IN."""
+    bits = x.view(torch.int32).cpu()
+    out = torch.zeros(32, 32, dtype=torch.int32)
+    source, target = T.PER_THREAD_IN, T.PER_THREAD_OUT
+    for thread in range(128):
+        for slot in range(8):
+            out[target.logical(thread, slot)] = bits[source.logical(thread, slot)]
+    return out.to(x.device)
+
+
+# case, layout, input dtype, (m, n), free (no shared memory), reference(x, i)
+CASES = [
+    ("reshape_flat", "default", float32, (32, 32), True, lambda x, i: x.reshape(-1)),
+    ("reshape_flat", "mma_c", float32, (32, 32), True, lambda x, i: x.reshape(-1)),
+    ("reshape_3d", "default", float32, (32, 32), True, lambda x, i: x.reshape(4, 8, 32)),
+    ("reshape_method", "mma_c", float32, (32, 32), True, lambda x, i: x.reshape(16, 64)),
+    ("reshape_reduce", "default", float32, (32, 32), True, lambda x, i: x.reshape(32, 4, 8).sum(2)),
+    ("reshape_gather", "default", float32, (48, 16), False, lambda x, i: x.reshape(16, 48)),
+    ("squeeze", "rows_over_warps", float32, (32, 32), False, lambda x, i: x.amax(0)),  # the max crosses warps
+    ("unsqueeze", "rows_over_warps", float32, (32, 32), True, lambda x, i: x + x.sum(1, keepdim=True)),
+    ("flatten", "default", float32, (32, 32), True, lambda x, i: x.reshape(2, 512)),
+    ("transpose", "mma_c", float32, (32, 32), True, lambda x, i: x.T),
+    ("transpose_method", "default", float32, (32, 32), True, lambda x, i: (2 * x).T),
+    ("permute", "default", float32, (32, 32), True, lambda x, i: x.reshape(4, 8, 32).permute(2, 0, 1)),
+    ("slice_rows", "default", float32, (32, 32), True, lambda x, i: x[0:16]),
+    ("slice_row", "default", float32, (32, 32), False, lambda x, i: x[3]),
+    ("slice_cols", "default", float32, (32, 32), False, lambda x, i: x[:, 8:16]),
+    ("slice_cols16", "mma_c", float32, (32, 32), True, lambda x, i: x[:, 0:16]),
+    ("slice_cols", "mma_c", float32, (32, 32), False, lambda x, i: x[:, 8:16]),
+    ("slice_block", "mma_c", float32, (32, 32), False, lambda x, i: x[16:32, 0:16] + 1),
+    ("slice_run_time", "default", float32, (32, 32), False, lambda x, i: x[i]),
+    ("slice_run_time_rows", "mma_c", float32, (32, 32), False, lambda x, i: x[i:i + 8, 4]),
+    ("view_u32", "default", float16, (32, 32), True, lambda x, i: x.view(torch.int32)),
+    ("view_u32", "mma_c", float16, (32, 32), True, lambda x, i: x.view(torch.int32)),
+    ("view_u32", "lanes_inner", float16, (32, 32), False, lambda x, i: x.view(torch.int32)),
+    ("view_round_trip", "default", float16, (32, 32), True, lambda x, i: x),
+    ("view_same_width", "default", float32, (32, 32), True, lambda x, i: x.view(torch.int32)),
+    ("view_split", "default", int32, (32, 32), True, lambda x, i: x.view(torch.float16)),
+    ("view_per_thread", "per_thread", float32, (32, 32), True, lambda x, i: per_thread_reference(x)),
+]
+IDS = [f"{case}-{layout}" for case, layout, *_ in CASES]
+
+
+def expected_on(case, device):
+    """The reference's shape and dtype, from zeros on ``device``."""
+    _, _, dtype, (m, n), _, reference = case
+    x = torch.zeros(m, n, dtype=dtype.torch_dtype, device=device)
+    return x, reference(x, 5)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_free_views_use_no_shared_memory_and_lower(case):
+    name, layout, dtype, (m, n), free, _ = case
+    x, expected = expected_on(case, "cpu")
+    kernel = T.View(name, layout, dtype, m, n)
+    assert (kernel.tile_program(5, x, torch.zeros_like(expected), target="sm_80").shared_bytes == 0) == free
+    for func in kernel.lower(5, x, torch.zeros_like(expected), target="sm_80").functions.values():
+        tvm.tirx.analysis.verify_well_formed(func)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("case", [CASES[9], CASES[20], CASES[22]], ids=[IDS[9], IDS[20], IDS[22]])
+def test_compiles_to_ptx(case, arch):
+    name, layout, dtype, (m, n), free, _ = case
+    x, expected = expected_on(case, "cpu")
+    ptx = T.View(name, layout, dtype, m, n).compile(5, x, torch.zeros_like(expected), target=arch).ptx
+    assert f".target {arch}" in ptx and ("bar.sync" in ptx) == (not free)
+
+
+def test_a_free_transpose_copies_registers_only():
+    program = str(T.View("transpose", "mma_c").tile_program(0, torch.zeros(32, 32), torch.zeros(32, 32),
+                                                             target="sm_80"))
+    assert "permute_register(x=%x, dims=(1, 0))" in program and "convert_layout" not in program
+
+
+class Bad(tilus.Script):
+    def __init__(self, case):
+        super().__init__()
+        self.case = case
+
+    def __call__(self, n: int32, x_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        x = self.load_global(self.global_view(x_ptr, dtype=float32, shape=[8, 8]), offsets=[0, 0], shape=[8, 8],
+                             layout=T.spatial(8, 4).local(1, 2))
+        if self.case == "reshape_size":
+            self.reshape(x, [3, 8])
+        if self.case == "squeeze_size":
+            self.squeeze(x, dim=0)
+        if self.case == "transpose_3d":
+            self.transpose(self.reshape(x, [2, 4, 8]))
+        if self.case == "permute_dims":
+            self.permute(x, [0, 0])
+        if self.case == "view_nothing":
+            self.view(x)
+        if self.case == "view_sub_byte":
+            self.view(x, dtype=int4b)
+        if self.case == "view_bool":
+            self.view(x > 0.0, dtype=int32)
+        if self.case == "view_bits":
+            self.view(x, layout=T.spatial(8, 4).local(1, 4), dtype=int32)
+        if self.case == "slice_step":
+            y = x[::2]
+        if self.case == "slice_length":
+            y = x[n:2 * n]
+        if self.case == "slice_range":
+            y = x[:, 6:10]
+        if self.case == "slice_rank":
+            y = x[0, 0, 0]
+        if self.case == "slice_float":
+            y = x[0.5]
+        if self.case == "unpack":
+            a, b = x + 1.0
+
+
+@pytest.mark.parametrize("case, message", [
+    ("reshape_size", r"reshape: cannot reshape .*\(64 elements\) to shape \[3, 8\] \(24 elements\)"),
+    ("squeeze_size", "squeeze: dimension 0 of .* has size 8, not 1"),
+    ("transpose_3d", "transpose: .* is not 2-D"),
+    ("permute_dims", r"permute: dims \[0, 0\] names a dimension twice"),
+    ("view_nothing", "view: give a dtype, a layout or both"),
+    ("view_sub_byte", "view: dtype int4b cannot be viewed bit for bit in registers"),
+    ("view_bool", "view: dtype bool cannot be viewed bit for bit"),
+    ("view_bits", r"view: each of the 32 threads of layout .* holds 2 x 32 bits of float32, but layout .* spreads "
+                  r"4 x 32 bits of int32"),
+    ("slice_step", "slices with a step are not supported"),
+    ("slice_length", "must have a compile-time length"),
+    ("slice_range", r"the slice 6:10 is empty or outside \[0, 8\)"),
+    ("slice_rank", "3 indices for a tensor of rank 2"),
+    ("slice_float", "index 0.5 must be an int, an integer scalar or a slice"),
+    ("unpack", "cannot be iterated over or unpacked"),
+])
+def test_errors(case, message):
+    with pytest.raises(ScriptError, match=message):
+        Bad(case).tile_program(4, torch.zeros(8, 8), target="sm_80")
+
+
+class LateBitView(tilus.Script):
+    """A per-thread view of a tensor whose layout is only known after inference, and does not fit."""
+
+    def __call__(self, x_ptr: ~float32, y_ptr: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        x = self.load_global(self.global_view(x_ptr, dtype=float32, shape=[8, 8]), offsets=[0, 0], shape=[8, 8])
+        y = x * 2.0
+        self.store_global(self.global_view(x_ptr, dtype=float32, shape=[8, 8]), y, offsets=[0, 0])
+        v = self.view(y, layout=T.spatial(8, 4).local(1, 4), dtype=int32)
+        self.store_global(self.global_view(y_ptr, dtype=int32, shape=[8, 16]), v, offsets=[0, 0])
+
+
+def test_a_per_thread_view_that_does_not_fit_the_inferred_layout_is_a_compile_error():
+    with pytest.raises(CompileError, match="view: each of the 32 threads of layout"):
+        LateBitView().compile(torch.zeros(8, 8), torch.zeros(8, 16, dtype=torch.int32), target="sm_80")
+
+
+# --- GPU ----------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_matches_torch(case):
+    name, layout, dtype, (m, n), _, reference = case
+    if dtype is int32:
+        x = torch.randint(-(1 << 31), (1 << 31) - 1, (m, n), dtype=torch.int32, device="cuda")
+    else:
+        x = torch.randn(m, n, device="cuda").to(dtype.torch_dtype)
+    i = 5 if name != "slice_run_time_rows" else 9
+    expected = reference(x, i)
+    out = torch.full_like(expected, -1)
+    T.View(name, layout, dtype, m, n)(i, x, out)
+    if expected.dtype == torch.float16:
+        assert torch.equal(out.view(torch.int16), expected.contiguous().view(torch.int16))  # bit for bit (NaNs too)
+    elif expected.dtype == torch.int32:
+        assert torch.equal(out, expected)
+    else:
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+# --- x[index] = value ---------------------------------------------------------------------------
+ASSIGN_CASES = [("scalars", "default", False), ("scalars", "mma_c", False), ("tile", "default", True),
+                ("tile", "mma_c", False), ("column", "rows_over_warps", False), ("augmented", "default", False),
+                ("augmented", "one_warp", False)]
+
+
+@pytest.mark.parametrize("case, layout, free", ASSIGN_CASES)
+def test_slice_assignment_lowers(case, layout, free):
+    kernel = T.SliceAssign(case, layout)
+    program = kernel.tile_program(5, torch.zeros(32, 32), torch.zeros(32, 32), target="sm_80")
+    assert "slice_assign_register(dst=%x" in str(program)
+    if case == "tile":  # nothing else needs shared memory
+        assert (program.shared_bytes == 0) == free
+    for func in kernel.lower(5, torch.zeros(32, 32), torch.zeros(32, 32), target="sm_90").functions.values():
+        tvm.tirx.analysis.verify_well_formed(func)
+
+
+class BadAssign(tilus.Script):
+    def __init__(self, case):
+        super().__init__()
+        self.case = case
+
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(x_ptr, dtype=float32, shape=[8, 8])
+        x = self.load_global(g, offsets=[0, 0], shape=[8, 8])
+        if self.case == "shape":
+            x[0:2] = x[0:4]
+        if self.case == "global":
+            g[0, 0] = 1.0
+        if self.case == "value":
+            x[0] = "a"
+
+
+@pytest.mark.parametrize("case, message", [
+    ("shape", r"= .*\[4, 8\]: the sub-tile has shape \[2, 8\]"),
+    ("global", "cannot assign to an element of .*global view"),
+    ("value", "expected a register tensor or a scalar"),
+])
+def test_slice_assignment_errors(case, message):
+    with pytest.raises(ScriptError, match=message):
+        BadAssign(case).tile_program(torch.zeros(8, 8), target="sm_80")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case, layout, free", ASSIGN_CASES)
+def test_slice_assignment_matches_torch(case, layout, free):
+    x = torch.randn(32, 32, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    T.SliceAssign(case, layout)(6, x, out)
+    torch.testing.assert_close(out, T.slice_assign_reference(case, x, 6), rtol=1e-5, atol=1e-5)

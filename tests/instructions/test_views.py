@@ -140,7 +140,7 @@ class Bad(tilus.Script):
     ("transpose_3d", "transpose: .* is not 2-D"),
     ("permute_dims", r"permute: dims \[0, 0\] names a dimension twice"),
     ("view_nothing", "view: give a dtype, a layout or both"),
-    ("view_sub_byte", "view: dtype int4b cannot be viewed bit for bit in registers"),
+    ("view_sub_byte", "changes the element width .32 -> 4 bits., so the view needs layout="),
     ("view_bool", "view: dtype bool cannot be viewed bit for bit"),
     ("view_bits", r"view: each of the 32 threads of layout .* holds 2 x 32 bits of float32, but layout .* spreads "
                   r"4 x 32 bits of int32"),

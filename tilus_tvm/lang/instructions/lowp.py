@@ -1,4 +1,5 @@
-"""``self.view``: a register tensor's storage read as another dtype, shape and layout (no data moves).
+"""``self.view`` of packed low-precision data: a register tensor's storage read as another dtype, shape
+and layout (no data moves).
 
 The conversions between types are ``self.cast`` (:mod:`tilus_tvm.instructions.cast`); this module
 is the other half of working with low-precision data in registers: reinterpreting bits, e.g. 16
@@ -18,10 +19,10 @@ from tilus_tvm.lang.instructions.memory import InstructionBase, check_layout
 
 
 class LowPrecisionInstructions(InstructionBase):
-    """``view``."""
+    """The per-thread bit view that ``self.view`` uses when a packed low-precision type is involved."""
 
-    def view(self, x: RegisterTensor, *, dtype: Optional[DataType] = None,
-             layout: Optional[RegisterLayout] = None) -> RegisterTensor:
+    def _view_packed(self, x: RegisterTensor, *, dtype: Optional[DataType] = None,
+                     layout: Optional[RegisterLayout] = None) -> RegisterTensor:
         """The register tensor ``x`` seen as ``dtype`` (default: x's) with ``layout`` (shape =
         ``layout.shape``): every thread keeps its bits; slot ``s`` of the view is bits
         ``[s*N, (s+1)*N)`` (``N`` the view's bit width) of the thread's slots of ``x`` laid end to end,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
+from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.tensor import RegisterTensor, SharedTensor
@@ -20,6 +21,12 @@ from tilus_tvm.ir.tensor_ops import (normalize_dims, permute_value, reshape_valu
                                      unsqueeze_value, view_value)
 from tilus_tvm.lang.instructions.memory import InstructionBase, check_shape
 from tilus_tvm.layout.register import RegisterLayout
+
+
+def _packed(dtype: Any) -> bool:
+    from tilus_tvm.lowp import is_packed
+
+    return dtype is not None and is_packed(dtypes.as_dtype(dtype))
 
 
 class ViewInstructions(InstructionBase):
@@ -44,13 +51,19 @@ class ViewInstructions(InstructionBase):
         ``(i, 2j + 1)`` (high half). It is free when each thread holds such pairs in consecutive
         registers (layout inference arranges it), else it goes through shared memory.
 
-        Element types must be whole bytes (8 to 64 bits); bool and sub-byte types are rejected.
+        Packed low-precision types (sub-byte integers and floats, 8-bit floats) are viewed per thread
+        (``int32`` words <-> 8 ``uint4b`` codes); give ``layout`` when the width changes. bool is rejected.
 
         >>> packed = self.view(x, dtype=uint32)              # float16[64, 16] -> uint32[64, 8]  # doctest: +SKIP
         >>> y = self.view(acc, layout=other, dtype=float32)  # same bits per thread             # doctest: +SKIP
         """
         if layout is None and dtype is None:
             raise ScriptError("view: give a dtype, a layout or both")
+        if _packed(getattr(x, "dtype", None)) or _packed(dtype):
+            # sub-byte and 8-bit float storage: per-thread bits of packed words (lang/instructions/lowp.py)
+            if out is not None:
+                raise ScriptError("view: out= is not supported for packed low-precision types")
+            return self._view_packed(x, dtype=dtype, layout=layout)
         return self._view("view", view_value(x, dtype, layout), out)
 
     def reshape(self, x: RegisterTensor, shape: Sequence[int], *, out: Optional[RegisterTensor] = None

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one call: the `gpu` tests (in parallel groups, since most of
+# their time is compiling) and then the benchmarks one after another (timings must not share the
+# GPU). Logs go to $OUT (default ./gpu_logs); a summary line per log is printed at the end.
+#
+#   bash scripts/gpu_check.sh              # tests, sanitizer and every benchmark
+#   bash scripts/gpu_check.sh tests        # only the tests
+#   bash scripts/gpu_check.sh benches      # only the benchmarks (and the sanitizer)
+#   LIMIT=200 bash scripts/gpu_check.sh tests   # seconds allowed to each test group
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu_logs}
+LIMIT=${LIMIT:-300}
+mkdir -p "$OUT"
+export TQDM_DISABLE=1
+what=${1:-all}
+
+GROUPS=(
+  "ctrl:tests/lang/test_control_flow_gpu.py tests/instructions/test_print_tensor.py tests/ir/test_printf.py tests/lang/test_grid.py tests/lang/test_instructions_gpu.py tests/lang/test_examples_gpu.py"
+  "runtime:tests/lang/test_tilus_programs_gpu.py tests/utils tests/instructions/test_workspace.py tests/runtime"
+  "matmul:tests/schedules/test_matmul.py tests/schedules/test_matmul_splitk.py tests/backend tests/intrin"
+  "reduce:tests/instructions/test_reduce.py tests/instructions/test_reduce_dims.py tests/schedules/test_norms.py"
+  "math:tests/schedules/test_softmax.py tests/instructions/test_math.py tests/instructions/test_scan.py"
+  "attention:tests/schedules/test_attention.py"
+  "views:tests/instructions/test_views.py tests/instructions/test_shared_slices.py tests/instructions/test_item_ptr.py tests/instructions/test_async_copy.py tests/instructions/test_dot_split.py tests/instructions/test_scalar_memory.py"
+  "lowp:tests/instructions/test_lowp_gpu.py tests/schedules/test_quantized_matmul_gpu.py"
+  "relax_tune:tests/relax tests/tune"
+)
+
+if [[ $what == all || $what == tests ]]; then
+  for group in "${GROUPS[@]}"; do
+    name=${group%%:*}
+    files=()
+    for f in ${group#*:}; do [[ -e $f ]] && files+=("$f"); done
+    timeout "$LIMIT" python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rf "${files[@]}" \
+      > "$OUT/test_$name.txt" 2>&1 &
+  done
+  wait
+fi
+
+if [[ $what == all || $what == benches ]]; then
+  timeout 600 compute-sanitizer --tool memcheck python3 scripts/sanitize_kernels.py > "$OUT/sanitize_memcheck.txt" 2>&1
+  timeout 300 python3 scripts/bench_matmul.py > "$OUT/bench_matmul.txt" 2>&1
+  timeout 300 python3 scripts/bench_norms.py > "$OUT/bench_norms.txt" 2>&1
+  timeout 300 python3 scripts/bench_attention.py > "$OUT/bench_attention.txt" 2>&1
+  timeout 300 python3 scripts/bench_quantized.py > "$OUT/bench_quantized.txt" 2>&1
+  timeout 600 python3 scripts/bench_tuning.py > "$OUT/bench_tuning.txt" 2>&1
+  timeout 400 python3 scripts/bench_relax.py > "$OUT/bench_relax.txt" 2>&1
+  timeout 120 python3 scripts/bench_overhead.py > "$OUT/bench_overhead.txt" 2>&1
+fi
+
+for log in "$OUT"/*.txt; do
+  printf '%-28s %s\n' "$(basename "$log" .txt)" "$(tr '\r' '\n' < "$log" | grep -E 'passed|failed|error|ERROR SUMMARY' | tail -1)"
+done

@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 export TQDM_DISABLE=1
 what=${1:-all}
 
-GROUPS=(
+TEST_GROUPS=(
   "ctrl:tests/lang/test_control_flow_gpu.py tests/instructions/test_print_tensor.py tests/ir/test_printf.py tests/lang/test_grid.py tests/lang/test_instructions_gpu.py tests/lang/test_examples_gpu.py"
   "runtime:tests/lang/test_tilus_programs_gpu.py tests/utils tests/instructions/test_workspace.py tests/runtime"
   "matmul:tests/schedules/test_matmul.py tests/schedules/test_matmul_splitk.py tests/backend tests/intrin"
@@ -28,7 +28,7 @@ GROUPS=(
 )
 
 if [[ $what == all || $what == tests ]]; then
-  for group in "${GROUPS[@]}"; do
+  for group in "${TEST_GROUPS[@]}"; do
     name=${group%%:*}
     files=()
     for f in ${group#*:}; do [[ -e $f ]] && files+=("$f"); done

@@ -31,6 +31,9 @@ class Builder:
         self._warps = warps
         self._stack: list[SeqStmt] = [SeqStmt()]
         self._counter = 0
+        # pointer var -> (tensor, indices) of the element it addresses (``t.item_ptr(...)`` once bound),
+        # so instructions that act on one element (semaphores) can name the tensor they touch
+        self.element_pointers: dict = {}
 
     @property
     def num_threads(self) -> int:

@@ -329,44 +329,5 @@ class GlobalTensor:
     def describe(self) -> str:
         return f"{self.name}: {self.dtype.name}{list(self.shape)} (global view of {self.pointer.name})"
 
-    def __getitem__(self, index: Any) -> "GlobalElement":
-        """``g[i, j]``: one element (an int or integer scalar per dimension), whose ``item_ptr()`` is
-        what :meth:`~tilus_tvm.Script.lock_semaphore` takes."""
-        indices = tuple(index) if isinstance(index, tuple) else (index,)
-        if len(indices) != len(self.shape):
-            raise ScriptError(f"{self.describe()}[{', '.join(map(str, indices))}]: index every one of its "
-                              f"{len(self.shape)} dimensions to name an element")
-        for d, (i, extent) in enumerate(zip(indices, self.shape)):
-            if isinstance(i, bool) or not is_scalar(i) or isinstance(i, float):
-                raise ScriptError(f"{self.describe()}: index {i!r} of dimension {d} must be an int or an integer "
-                                  f"scalar expression")
-            if isinstance(i, int) and (i < 0 or (isinstance(extent, int) and i >= extent)):
-                raise ScriptError(f"{self.describe()}: index {i} is out of range for dimension {d} of size {extent}")
-        return GlobalElement(self, indices)
-
     def __repr__(self) -> str:
         return f"GlobalTensor({self.describe()})"
-
-
-@dataclass(frozen=True, eq=False)
-class GlobalElement:
-    """One element ``tensor[indices...]`` of a global tensor (``g[i, j]``)."""
-
-    tensor: GlobalTensor
-    indices: tuple[Any, ...]
-
-    @property
-    def dtype(self) -> DataType:
-        return self.tensor.dtype
-
-    def item_ptr(self) -> "GlobalElement":
-        """The element's address, for instructions that take a pointer to one element (the semaphore of
-        :meth:`~tilus_tvm.Script.lock_semaphore`). The element itself stands for its address here: the
-        buffer behind a global tensor is only fixed when the kernel is generated."""
-        return self
-
-    def describe(self) -> str:
-        return f"{self.tensor.name}[{', '.join(map(str, self.indices))}] ({self.tensor.describe()})"
-
-    def __bool__(self):
-        raise ScriptError(f"global element {self.describe()} has no truth value")

@@ -375,6 +375,7 @@ class ItemPointer:
                        tvm.ir.PointerType(tvm.ir.PrimType(self.tensor.dtype.name),
                                           "global" if isinstance(self.tensor, GlobalTensor) else "shared.dyn"))
         builder.emit(TensorItemPtr(var, self.tensor, self.indices))
+        builder.element_pointers[var] = (self.tensor, self.indices)
         return var
 
     def __bool__(self):

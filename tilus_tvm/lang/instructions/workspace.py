@@ -8,7 +8,8 @@ from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir import inst as ir
-from tilus_tvm.ir.tensor import GlobalElement, GlobalTensor
+from tilus_tvm.ir.tensor import GlobalTensor
+from tilus_tvm.ir.tensor_ops import GlobalElement, ItemPointer
 from tilus_tvm.ir.values import is_scalar
 from tilus_tvm.lang.instructions.memory import InstructionBase
 
@@ -85,7 +86,7 @@ class WorkspaceInstructions(InstructionBase):
         builder.emit(ir.AllocateGlobal(tensor, requires_clean))
         return tensor
 
-    def lock_semaphore(self, semaphore: GlobalElement, value: Any) -> None:
+    def lock_semaphore(self, semaphore: Any, value: Any) -> None:
         """Wait until the int32 semaphore ``semaphore`` (``sems[i, j].item_ptr()``) equals ``value``.
 
         Called by the whole block: thread 0 polls the word (``ld.relaxed.gpu``, closed by one
@@ -99,10 +100,10 @@ class WorkspaceInstructions(InstructionBase):
         >>> self.lock_semaphore(sem, value=self.blockIdx.z)   # doctest: +SKIP
         """
         builder = self._builder("lock_semaphore")
-        element, value = _semaphore_operands("lock_semaphore", semaphore, value)
-        builder.emit(ir.LockSemaphore(element.tensor, element.indices, value))
+        (tensor, indices), value = _semaphore_operands("lock_semaphore", builder, semaphore, value)
+        builder.emit(ir.LockSemaphore(tensor, indices, value))
 
-    def release_semaphore(self, semaphore: GlobalElement, value: Any) -> None:
+    def release_semaphore(self, semaphore: Any, value: Any) -> None:
         """Set the int32 semaphore ``semaphore`` to ``value`` once the block's earlier writes are visible.
 
         Called by the whole block: a block barrier (every thread's global stores before it are
@@ -113,21 +114,33 @@ class WorkspaceInstructions(InstructionBase):
         >>> self.release_semaphore(sem, value=(self.blockIdx.z + 1) % splits)   # doctest: +SKIP
         """
         builder = self._builder("release_semaphore")
-        element, value = _semaphore_operands("release_semaphore", semaphore, value)
-        builder.emit(ir.ReleaseSemaphore(element.tensor, element.indices, value))
+        (tensor, indices), value = _semaphore_operands("release_semaphore", builder, semaphore, value)
+        builder.emit(ir.ReleaseSemaphore(tensor, indices, value))
 
 
-def _semaphore_operands(op: str, semaphore: Any, value: Any) -> tuple[GlobalElement, Any]:
+def _semaphore_operands(op: str, builder: Any, semaphore: Any, value: Any) -> tuple[tuple[GlobalTensor, tuple], Any]:
+    """(tensor, indices) of the semaphore element and the checked value. The semaphore is
+    ``sems[i, j].item_ptr()`` (or ``~sems[i, j]``, ``sems[i, j]``), bound to a name or not."""
     import tilus_tvm.instructions.workspace  # noqa: F401 - registers the instructions (imports TVM)
 
     if isinstance(semaphore, GlobalTensor):
         raise ScriptError(f"{op}: semaphore {semaphore.describe()} is a whole tensor; name one element, "
                           f"e.g. sems[i, j].item_ptr()")
-    if not isinstance(semaphore, GlobalElement):
+    if isinstance(semaphore, GlobalElement):
+        semaphore = semaphore.item_ptr()
+    if isinstance(semaphore, ItemPointer):
+        element = (semaphore.tensor, semaphore.indices)
+    else:
+        try:
+            element = builder.element_pointers.get(semaphore)
+        except TypeError:  # not hashable: not a pointer this kernel made
+            element = None
+    if element is None or not isinstance(element[0], GlobalTensor):
         raise ScriptError(f"{op}: semaphore must be an element of a global tensor (sems[i, j].item_ptr()), "
                           f"got {semaphore!r}")
-    if semaphore.dtype != dtypes.int32:
-        raise ScriptError(f"{op}: semaphore {semaphore.describe()} must be int32, got {semaphore.dtype.name}")
+    tensor = element[0]
+    if tensor.dtype != dtypes.int32:
+        raise ScriptError(f"{op}: semaphore {tensor.describe()} must be int32, got {tensor.dtype.name}")
     if isinstance(value, bool) or not is_scalar(value) or isinstance(value, float):
         raise ScriptError(f"{op}: value must be an int or an integer scalar expression, got {value!r}")
     from tilus_tvm.ir.scalar import expr_dtype, is_expr
@@ -136,4 +149,4 @@ def _semaphore_operands(op: str, semaphore: Any, value: Any) -> tuple[GlobalElem
         raise ScriptError(f"{op}: value {value} must be an integer, it is {expr_dtype(value)}")
     if isinstance(value, int) and not dtypes.int32.min_value <= value <= dtypes.int32.max_value:
         raise ScriptError(f"{op}: value {value} does not fit the int32 semaphore")
-    return semaphore, value
+    return element, value

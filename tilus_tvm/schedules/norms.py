@@ -12,6 +12,11 @@ x, weight, bias and y share one dtype: float16, bfloat16 or float32.
 
     y = layer_norm(x, weight, bias, eps=1e-5)     # x [..., hidden]
     y = rms_norm(x, weight, eps=1e-6)
+    y = rms_norm(x, weight, tune=True)            # the tuned number of warps (docs/tuning.md)
+
+Both kernels carry an ``opt_in`` ``@autotune`` space over ``warps`` (``rows`` bucketed by powers of
+two); ``block_n`` follows from ``hidden`` and is fixed by the caller. Warp counts whose threads do
+not divide ``block_n`` are refused by ``__init__`` and skipped when tuning.
 """
 from __future__ import annotations
 
@@ -20,9 +25,11 @@ from typing import Any, Optional
 import tilus_tvm as tilus
 from tilus_tvm import float32, int32, void
 from tilus_tvm.errors import LaunchError, ScriptError
-from tilus_tvm.schedules.softmax import _dtype_of, check_row_kernel, row_tile
+from tilus_tvm.schedules.softmax import ROW_WARPS, _dtype_of, check_row_kernel, row_tile
+from tilus_tvm.tune.library import tuned_kernel, use_tuned
 
 
+@tilus.autotune("warps", ROW_WARPS, bucket={"rows": "pow2"}, opt_in=True)
 class LayerNorm(tilus.Script):
     """Layer normalisation of rows of ``hidden`` <= ``block_n`` values (see the module docstring);
     ``affine=False`` drops weight and bias (the pointers are still passed and ignored)."""
@@ -58,6 +65,7 @@ class LayerNorm(tilus.Script):
         self.store_global(gy, y, offsets=[row, 0])
 
 
+@tilus.autotune("warps", ROW_WARPS, bucket={"rows": "pow2"}, opt_in=True)
 class RMSNorm(tilus.Script):
     """RMS normalisation of rows of ``hidden`` <= ``block_n`` values (see the module docstring)."""
 
@@ -124,9 +132,10 @@ def _output(fn: str, x: Any, out: Optional[Any]) -> Any:
 
 
 def layer_norm(x: Any, weight: Optional[Any] = None, bias: Optional[Any] = None, eps: float = 1e-5,
-               out: Optional[Any] = None) -> Any:
+               out: Optional[Any] = None, *, tune: Optional[bool] = None) -> Any:
     """``torch.nn.functional.layer_norm(x, [hidden], weight, bias, eps)`` over x's last dimension.
-    ``weight`` and ``bias`` are both given or both None; they have x's dtype."""
+    ``weight`` and ``bias`` are both given or both None; they have x's dtype. ``tune=True``
+    (``None``: ``tilus_tvm.tune.configure(library=...)``) launches the tuned number of warps."""
     if (weight is None) != (bias is None):
         raise LaunchError("layer_norm: give both weight and bias, or neither")
     dtype = _check_norm_inputs("layer_norm", x, {"weight": weight, "bias": bias})
@@ -135,17 +144,23 @@ def layer_norm(x: Any, weight: Optional[Any] = None, bias: Optional[Any] = None,
     rows = x.numel() // hidden
     block_n, warps = row_tile(hidden, dtype.nbits)
     affine = weight is not None
-    key = ("layer_norm", block_n, warps, dtype.name, affine)
-    if key not in _KERNELS:
-        _KERNELS[key] = LayerNorm(block_n, warps, dtype, affine)
+    if use_tuned(tune, "layer_norm"):
+        kernel = tuned_kernel(LayerNorm, block_n=block_n, dtype=dtype, affine=affine)
+    else:
+        key = ("layer_norm", block_n, warps, dtype.name, affine)
+        if key not in _KERNELS:
+            _KERNELS[key] = LayerNorm(block_n, warps, dtype, affine)
+        kernel = _KERNELS[key]
     x2 = x.view(rows, hidden)
     w2, b2 = (weight.view(1, hidden), bias.view(1, hidden)) if affine else (x2, x2)  # unread without affine
-    _KERNELS[key](rows, hidden, float(eps), x2, w2, b2, out.view(rows, hidden))
+    kernel(rows, hidden, float(eps), x2, w2, b2, out.view(rows, hidden))
     return out
 
 
-def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Optional[Any] = None) -> Any:
-    """``x * rsqrt(mean(x^2, -1) + eps) * weight`` (``torch.nn.functional.rms_norm``) over x's last dimension."""
+def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Optional[Any] = None, *,
+             tune: Optional[bool] = None) -> Any:
+    """``x * rsqrt(mean(x^2, -1) + eps) * weight`` (``torch.nn.functional.rms_norm``) over x's last dimension.
+    ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) launches the tuned number of warps."""
     if weight is None:
         raise LaunchError("rms_norm: weight is required")
     dtype = _check_norm_inputs("rms_norm", x, {"weight": weight})
@@ -153,8 +168,12 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Optional[Any] = None) 
     hidden = x.shape[-1]
     rows = x.numel() // hidden
     block_n, warps = row_tile(hidden, dtype.nbits)
-    key = ("rms_norm", block_n, warps, dtype.name)
-    if key not in _KERNELS:
-        _KERNELS[key] = RMSNorm(block_n, warps, dtype)
-    _KERNELS[key](rows, hidden, float(eps), x.view(rows, hidden), weight.view(1, hidden), out.view(rows, hidden))
+    if use_tuned(tune, "rms_norm"):
+        kernel = tuned_kernel(RMSNorm, block_n=block_n, dtype=dtype)
+    else:
+        key = ("rms_norm", block_n, warps, dtype.name)
+        if key not in _KERNELS:
+            _KERNELS[key] = RMSNorm(block_n, warps, dtype)
+        kernel = _KERNELS[key]
+    kernel(rows, hidden, float(eps), x.view(rows, hidden), weight.view(1, hidden), out.view(rows, hidden))
     return out

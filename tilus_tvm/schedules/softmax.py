@@ -13,6 +13,11 @@ dtype; ``n`` is a compile-time constant (a kernel per row length), which lets ev
   ``exp2(x * log2(e) - M) / S``. Two reads, one write.
 
     y = softmax(x)            # any shape, dim=-1 (or another dim: moved last, made contiguous)
+    y = softmax(x, tune=True) # the tuned configuration (docs/tuning.md)
+
+Both kernels carry an ``opt_in`` ``@autotune`` space (``Softmax``: ``warps``, its ``block_n``
+fixed by the row length; ``OnlineSoftmax``: ``chunk`` and ``warps``; ``rows`` bucketed by powers
+of two) holding the hand-picked configurations.
 """
 from __future__ import annotations
 
@@ -22,11 +27,13 @@ import tilus_tvm as tilus
 from tilus_tvm import bfloat16, float16, float32, int32, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
+from tilus_tvm.tune.library import tuned_kernel, use_tuned
 
 LOG2E = 1.4426950408889634
 NEG_INF = float("-inf")
 M_INIT = -1.0e30  # finite: a slot that saw only masked columns keeps exp2(-inf - M_INIT) = 0, never NaN
 ROW_DTYPES = (float16, bfloat16, float32)
+ROW_WARPS = [1, 2, 4, 8, 16, 32]  # the tuning space of the row kernels (block_n fixed by the row length)
 
 
 def check_row_kernel(name: str, dtype: Any, warps: int) -> Any:
@@ -38,6 +45,7 @@ def check_row_kernel(name: str, dtype: Any, warps: int) -> Any:
     return dtype
 
 
+@tilus.autotune("warps", ROW_WARPS, bucket={"rows": "pow2"}, opt_in=True)
 class Softmax(tilus.Script):
     """Softmax of rows of ``n`` <= ``block_n`` columns held in registers (see the module docstring)."""
 
@@ -63,6 +71,8 @@ class Softmax(tilus.Script):
         self.store_global(gy, y, offsets=[row, 0])
 
 
+@tilus.autotune("chunk", [1024, 2048, 4096, 8192], bucket={"rows": "pow2"}, opt_in=True)
+@tilus.autotune("warps", [4, 8, 16])
 class OnlineSoftmax(tilus.Script):
     """Softmax of rows of any length ``n``, in ``chunk``-column pieces (see the module docstring)."""
 
@@ -130,10 +140,14 @@ def _dtype_of(t: Any) -> Any:
     return table[t.dtype]
 
 
-def softmax_kernel_for(n: int, dtype: Any, online: Optional[bool] = None) -> tilus.Script:
-    """The kernel :func:`softmax` uses for rows of ``n`` values (``online``: force the online form or not)."""
+def softmax_kernel_for(n: int, dtype: Any, online: Optional[bool] = None, tune: bool = False) -> tilus.Script:
+    """The kernel :func:`softmax` uses for rows of ``n`` values (``online``: force the online form or not;
+    ``tune``: the tunable instance, whose launches use the tuned configuration)."""
     dtype = as_dtype(dtype)
     online = n > MAX_REGISTER_ROW if online is None else online
+    if tune:
+        return tuned_kernel(OnlineSoftmax, dtype=dtype) if online else tuned_kernel(Softmax, block_n=row_tile(
+            n, dtype.nbits)[0], dtype=dtype)
     if online:
         key = ("online", dtype.name)
         if key not in _KERNELS:
@@ -146,9 +160,11 @@ def softmax_kernel_for(n: int, dtype: Any, online: Optional[bool] = None) -> til
     return _KERNELS[key]
 
 
-def softmax(x: Any, dim: int = -1, out: Optional[Any] = None, online: Optional[bool] = None) -> Any:
+def softmax(x: Any, dim: int = -1, out: Optional[Any] = None, online: Optional[bool] = None, *,
+            tune: Optional[bool] = None) -> Any:
     """``torch.softmax(x, dim)`` for a float16, bfloat16 or float32 CUDA tensor (float32 math, the
-    result in x's dtype). Rows longer than 16384 use the online form (``online`` forces a choice)."""
+    result in x's dtype). Rows longer than 16384 use the online form (``online`` forces a choice).
+    ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) launches the tuned configuration."""
     import torch
 
     if not isinstance(x, torch.Tensor):
@@ -169,7 +185,8 @@ def softmax(x: Any, dim: int = -1, out: Optional[Any] = None, online: Optional[b
     rows = moved.numel() // n
     last = dim % x.dim() == x.dim() - 1
     y = out if out is not None and last and out.is_contiguous() else torch.empty_like(moved)
-    softmax_kernel_for(n, dtype, online)(rows, n, moved.view(rows, n), y.view(rows, n))
+    kernel = softmax_kernel_for(n, dtype, online, use_tuned(tune, "softmax"))
+    kernel(rows, n, moved.view(rows, n), y.view(rows, n))
     if y is out:
         return out
     y = y.movedim(-1, dim)

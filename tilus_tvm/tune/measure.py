@@ -8,9 +8,10 @@ candidates apart). MetaSchedule builds it with :func:`build_candidate` (``tvm.co
 ``tvm.s_tir.tensor_intrin``, which takes longer than its time limit) and times it on tensors of the
 call's shapes (:func:`args_info`).
 
-Defaults: ``ms.builder.LocalBuilder`` (one worker process per core; it needs ``cloudpickle`` and
-``psutil``, the ``tune`` extra; without them :class:`SerialBuilder`, the same build in this
-process) and ``ms.runner.LocalRunner`` on GPU 0. ``tracker="host:port:key"`` makes an
+Defaults: ``ms.builder.LocalBuilder`` (one worker process per core this process may use,
+:func:`available_cores`: its CPU affinity and cgroup quota, not the host's count; it needs
+``cloudpickle`` and ``psutil``, the ``tune`` extra; without them :class:`SerialBuilder`, the same
+build in this process) and ``ms.runner.LocalRunner`` on GPU 0. ``tracker="host:port:key"`` makes an
 ``ms.runner.RPCRunner`` with one worker per server the tracker has for ``key``.
 """
 from __future__ import annotations
@@ -99,16 +100,48 @@ class SerialBuilder(ms.builder.PyBuilder):
         return results
 
 
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity, bounded by a cgroup CPU quota (a container
+    on a large host sees the host's count in ``os.cpu_count()``; MetaSchedule's own default does too)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        cores = min(cores, max(1, int(quota + 0.999)))
+    return max(1, cores)
+
+
+def _cgroup_cpu_quota() -> Optional[float]:
+    """CPUs allowed by the cgroup (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``), None: no limit."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f:
+            quota = int(f.read())
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
+            period = int(f.read())
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
 def has_worker_pool() -> bool:
     """Whether MetaSchedule's process pools can run here (``cloudpickle`` and ``psutil``)."""
     return all(importlib.util.find_spec(name) is not None for name in ("cloudpickle", "psutil"))
 
 
 def default_builder(max_workers: Optional[int] = None, f_build=build_candidate):
-    """``LocalBuilder`` with ``f_build`` on every core (``SerialBuilder`` without its worker pool)."""
+    """``LocalBuilder`` with ``f_build`` on ``max_workers`` processes (None: :func:`available_cores`;
+    ``SerialBuilder`` without the worker pool's packages)."""
     if not has_worker_pool():
         return SerialBuilder(f_build)
-    return ms.builder.LocalBuilder(max_workers=max_workers or os.cpu_count() or 1, timeout_sec=120, f_build=f_build)
+    return ms.builder.LocalBuilder(max_workers=max_workers or available_cores(), timeout_sec=120, f_build=f_build)
 
 
 def evaluator_config():

@@ -99,3 +99,20 @@ def test_library_functions_take_tune():
     for fn in (matmul.matmul, attention.flash_attention, softmax.softmax, norms.layer_norm, norms.rms_norm):
         parameter = inspect.signature(fn).parameters["tune"]
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None, fn
+
+
+def test_defaults_given_or_not_share_one_key():
+    """matmul(tune=True) passes b_layout and dtype; tune(Matmul(), ...) does not: one key for both."""
+    import torch
+
+    from tilus_tvm.tune import engine
+
+    a = torch.empty(512, 512, dtype=torch.float16, device="meta")
+    args = (512, 512, 512, a, a, a)
+    implicit = engine.tuning_key(tunable_of(tilus.tune.tunable(Matmul())), args, "sm_90")
+    explicit = engine.tuning_key(tunable_of(library.tuned_kernel(Matmul, b_layout="row", dtype=float16)),
+                                            args, "sm_90")
+    assert implicit.json == explicit.json
+    assert implicit.fields["init"] == {"b_layout": "row", "dtype": "float16", "min_blocks": 1}
+    column = engine.tuning_key(tunable_of(tilus.tune.tunable(Matmul, b_layout="col")), args, "sm_90")
+    assert column.json != implicit.json

@@ -147,12 +147,19 @@ def tunable(kernel: Any, *args: Any, **kwargs: Any) -> Script:
 class Tunable:
     """A tunable instance's state: its class, the space left after pinning, and the fixed arguments.
 
-    ``fixed`` are the ``__init__`` arguments given that are not tuned (part of the tuning key);
-    ``pinned`` the tuned ones given (they narrow the space, the key stays the same).
+    ``fixed`` are the ``__init__`` arguments given that are not tuned; with the defaults of the
+    untuned ones not given they are ``key_arguments``, part of the tuning key (``Matmul()`` and
+    ``Matmul(b_layout="row")`` share their records). ``pinned`` are the tuned ones given (they
+    narrow the space, the key stays the same).
     """
 
     def __init__(self, cls: type, space: TuningSpace, pinned: dict[str, Any], fixed: dict[str, Any]):
         self.cls, self.space, self.pinned, self.fixed = cls, space, pinned, fixed
+        parameters = list(inspect.signature(_original_init(cls)).parameters.values())[1:]
+        self.key_arguments = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty
+                              and p.name not in space.names and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                                         inspect.Parameter.KEYWORD_ONLY)}
+        self.key_arguments.update(fixed)
         self._launch_kernels: dict[tuple, Script] = {}  # arguments' dtypes, shapes and values -> kernel
         self._kernels: dict[str, Script] = {}  # configuration JSON -> its kernel (compiled once per key)
 

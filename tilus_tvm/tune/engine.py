@@ -2,9 +2,9 @@
 
 For a tunable kernel and its call's arguments:
 
-1. **Key.** The kernel (``module:Class``), its fixed ``__init__`` arguments, the compile-time
-   arguments, the tensors' dtypes, the target arch and the run-time integer scalars, bucketed
-   (:func:`tuning_key`). The key names a MetaSchedule workload (:mod:`tilus_tvm.tune.records`).
+1. **Key.** The kernel (``module:Class``), its untuned ``__init__`` arguments (defaults included),
+   the compile-time arguments, the tensors' dtypes, the target arch and the run-time integer
+   scalars, bucketed (:func:`tuning_key`). The key names a MetaSchedule workload (:mod:`tilus_tvm.tune.records`).
 2. **Database.** Every configuration of the space measured before for the workload is read from
    the database (a ``JSONDatabase`` in ``<cache_dir>/tuning`` unless given). When as many were
    measured as the budget allows and one of them worked, the fastest is the choice: nothing is
@@ -129,7 +129,7 @@ def tuning_key(tunable, args: tuple, target: Any) -> TuningKey:
     arch = resolve_arch(target)
     fields = {
         "kernel": tunable.kernel_path,
-        "init": {name: encode_value(value) for name, value in sorted(tunable.fixed.items())},
+        "init": {name: encode_value(value) for name, value in sorted(tunable.key_arguments.items())},
         "const": {name: encode_value(value) for name, value in bound.const_values.items()},
         "dtypes": {name: dtype.name for name, dtype in sorted(bound.pointer_dtypes.items())},
         "arch": arch,
@@ -259,6 +259,8 @@ class _Search:
         if ranked:
             self._start_cost_model()
         batch_size = max(MIN_BATCH, 2 * _parallelism(self.builder))
+        if ranked:  # several batches, so the cost model trained on the first ones chooses the later ones
+            batch_size = max(MIN_BATCH, min(batch_size, budget // 5))
         measured = 0
         with tqdm(total=min(budget, len(lowered)), desc=f"[Tuning] {self.name}", disable=not self.options.progress,
                   leave=False) as progress:

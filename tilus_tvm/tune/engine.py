@@ -59,6 +59,7 @@ class Trial:
     seconds: Optional[float] = None
     error: Optional[str] = None
     measured_now: bool = True  # False: read from the database
+    batch: Optional[int] = None  # which batch of this search measured it (0: the first); None: not measured now
 
     @property
     def ok(self) -> bool:
@@ -261,7 +262,7 @@ class _Search:
         batch_size = max(MIN_BATCH, 2 * _parallelism(self.builder))
         if ranked:  # several batches, so the cost model trained on the first ones chooses the later ones
             batch_size = max(MIN_BATCH, min(batch_size, budget // 5))
-        measured = 0
+        measured = batches = 0
         with tqdm(total=min(budget, len(lowered)), desc=f"[Tuning] {self.name}", disable=not self.options.progress,
                   leave=False) as progress:
             while measured < budget and lowered:
@@ -271,6 +272,9 @@ class _Search:
                 else:
                     batch, lowered = lowered[:size], lowered[size:]
                 results = self._measure(batch)
+                for trial in results:
+                    trial.batch = batches
+                batches += 1
                 trials += results
                 measured += len(batch)
                 progress.update(len(batch))

@@ -239,8 +239,6 @@ def tune_tir(mod: Any, target: Any, work_dir: Optional[str] = None, max_trials_g
     import os
     import tempfile
 
-    from tilus_tvm.tune import measure
-
     target = tuning_target(target)
     if isinstance(mod, tirx.PrimFunc):
         mod = tvm.IRModule({"main": mod.with_attr("global_symbol", "main")})
@@ -273,9 +271,9 @@ def _meta_schedule_logging():
 
 def _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder, runner, database, cost_model,
           seed, kwargs):
-    import os
-
     from tilus_tvm.tune import measure
+
+    cores = measure.available_cores()
 
     return ms.tune_tir(
         mod=mod, target=target, work_dir=work_dir, max_trials_global=max_trials_global,
@@ -284,8 +282,8 @@ def _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder
         runner=runner if runner is not None else measure.default_runner(),
         database=database if database is not None else ms.database.JSONDatabase(work_dir=work_dir),
         cost_model=cost_model if not isinstance(cost_model, str) or cost_model != "xgb" else ms.cost_model.XGBModel(
-            extractor=ms.feature_extractor.PerStoreFeature(), num_tuning_cores=os.cpu_count() or 1),
-        space=space(), seed=seed, num_tuning_cores=os.cpu_count() or 1, **kwargs)
+            extractor=ms.feature_extractor.PerStoreFeature(), num_tuning_cores=cores),
+        space=space(), seed=seed, num_tuning_cores=cores, **kwargs)
 
 
 def compile_best(database, mod: Any, target: Any):

@@ -369,8 +369,10 @@ def part_tir(run: Run) -> None:
         rows.append(("our Matmul, hand table (f16 out)", hand["hand_ms"], ""))
         rows.append(("our Matmul, tuned (f16 out)", hand["tuned_ms"], ""))
     started = time.perf_counter()
+    pipeline = not run.options.tir_no_pipeline
     database = tilus.tune_tir(func, None, work_dir=tempfile.mkdtemp(prefix="bench_tune_tir_"),
-                              max_trials_global=trials, num_trials_per_iter=min(32, trials), seed=1)
+                              max_trials_global=trials, num_trials_per_iter=min(32, trials), seed=1,
+                              software_pipeline=pipeline)
     wall = time.perf_counter() - started
     best = tir.compile_best(database, func, None)
     if best is None:
@@ -381,7 +383,7 @@ def part_tir(run: Run) -> None:
         kernel(a, b, c32)
         check(c32, a, b, atol=5e-2)
         rows.append(("tune_tir, tilus.* intrinsics (f32 out)", benchmark_func(lambda: kernel(a, b, c32)),
-                     f"{wall:.1f} s tuning, {trials} trials"))
+                     f"{wall:.1f} s tuning, {trials} trials, software pipeline {'on' if pipeline else 'off'}"))
     say("| kernel | ms | TFLOP/s | vs cuBLAS | tuning |\n|---|---|---|---|---|")
     for name, ms, note in rows:
         say(f"| {name} | {ms:.4f} | {tflops(size, size, size, ms):.1f} | {cublas / ms:.2f}x | {note} |")
@@ -408,6 +410,7 @@ def main() -> None:
     parser.add_argument("--tracker", default=None, help="host:port:key of a TVM RPC tracker")
     parser.add_argument("--tir-size", type=int, default=4096)
     parser.add_argument("--tir-trials", type=int, default=64)
+    parser.add_argument("--tir-no-pipeline", action="store_true", help="tune_tir without the rule's software pipeline")
     parser.add_argument("--cost-trials", type=int, default=48, help="max_trials of the cost-model part")
     parser.add_argument("--budget-s", type=float, default=510.0, help="skip what would not finish by then")
     parser.add_argument("--cache-dir", default=None, help="default: a fresh temporary directory")

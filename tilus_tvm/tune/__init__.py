@@ -16,10 +16,15 @@
 
     db = tilus.tune_tir(te_matmul_module, "sm_90", work_dir="ms")   # TVM's auto-scheduler, our intrinsics
 
+    kernel = tilus.tune.tunable(LibraryMatmul, b_layout="col")   # an opt_in class: tune when asked
+    y = tilus_tvm.schedules.matmul(x, w.t(), tune=True)          # the library functions' switch
+
 ``tilus_tvm.tune`` is this package and, called, :func:`tune`. Where things are: ``space``
-(the ``@autotune`` space and key buckets), ``decorator`` (``@autotune`` and tunable instances),
-``engine`` (the search), ``records`` (how choices are MetaSchedule workloads and tuning records),
-``measure`` (builder, runner, RPC), ``tir`` (``tune_tir``), ``__main__`` (the command line).
+(the ``@autotune`` space and key buckets), ``decorator`` (``@autotune``, ``tunable`` and tunable
+instances), ``engine`` (the search), ``lowering`` (candidates lowered in parallel), ``records``
+(how choices are MetaSchedule workloads and tuning records), ``measure`` (builder, runner, RPC,
+the cores to use), ``library`` (the library functions' ``tune=``), ``tir`` (``tune_tir``),
+``__main__`` (the command line).
 ``docs/tuning.md`` is the guide. Importing this package imports neither TVM nor torch.
 """
 from __future__ import annotations

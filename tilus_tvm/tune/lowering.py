@@ -16,6 +16,7 @@ that is neither a tensor nor a plain scalar, or a pool that could not start.
 """
 from __future__ import annotations
 
+import atexit
 import importlib
 import logging
 import sys
@@ -124,6 +125,15 @@ def _pool(workers: int):
                                   initargs=(list(sys.path),), maximum_process_uses=MAX_USES)
         _POOL_SIZE = workers
     return _POOL
+
+
+@atexit.register
+def _shutdown() -> None:
+    """Stop the workers at exit, before the interpreter tears down what the pool's destructor needs."""
+    global _POOL
+    if _POOL is not None:
+        _POOL.shutdown(wait=False)
+        _POOL = None
 
 
 def lower_configs(tunable, configs: list[dict], args: tuple, arch: str, workers: int,

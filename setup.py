@@ -17,8 +17,8 @@ setup(
     extras_require={
         # torch: install `torch==2.13.0` first (CPU wheel); an unpinned torch pulls CUDA wheels.
         # xgboost-cpu provides the `xgboost` module MetaSchedule needs, without the NCCL download.
-        "test": ["torch", "xgboost-cpu", "pytest", "hypothesis", "pandas", "nvidia-cutlass", "cloudpickle", "psutil"],
-        "tune": ["xgboost", "cloudpickle", "psutil"],
+        "test": ["torch", "xgboost-cpu", "pytest", "hypothesis", "pandas", "nvidia-cutlass", "cloudpickle", "psutil", "tornado"],
+        "tune": ["xgboost", "cloudpickle", "psutil", "tornado"],
         "viz": ["matplotlib"],
     },
 )

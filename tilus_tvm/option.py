@@ -25,7 +25,7 @@ The options:
 - ``debug.launch_blocking``: wait for every kernel launched from Python to finish (a CUDA error then
   surfaces at the launch that caused it). Default: False.
 - ``parallel_workers``: processes that build tuning candidates in parallel (MetaSchedule's
-  ``LocalBuilder``). Default: the number of CPUs.
+  ``LocalBuilder``). Default: the cores this process may use (CPU affinity and cgroup quota).
 
 Defaults that come from the environment are read each time an option is read, so a variable set
 after import still counts. Setting an option to None gives it back its default. This module imports
@@ -111,9 +111,15 @@ _OPTIONS: dict[str, Option] = {option.name: option for option in (
            "run the tile-IR verifier after every pass (default: True)"),
     Option("debug.launch_blocking", lambda: False, _bool("debug.launch_blocking"),
            "wait for each kernel launch to finish (default: False)"),
-    Option("parallel_workers", lambda: os.cpu_count() or 1, _positive_int("parallel_workers"),
-           "processes that build tuning candidates in parallel (default: the number of CPUs)"),
+    Option("parallel_workers", lambda: _available_cores(), _positive_int("parallel_workers"),
+           "processes that build tuning candidates in parallel (default: the cores this process may use)"),
 )}
+
+def _available_cores() -> int:
+    from tilus_tvm.utils.cores import available_cores
+
+    return available_cores()
+
 
 _values: dict[str, Any] = {}  # options set explicitly; the others take their default when read
 

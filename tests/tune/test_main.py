@@ -38,3 +38,21 @@ def test_command_line_prints_the_table(tmp_path):
     assert lines[-1].startswith("best: block_n=256, warps=4 (1.0000 ms, measured in ")
     again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert again.stdout.strip().splitlines()[-1] == "best: block_n=256, warps=4 (1.0000 ms, from the database)"
+
+
+@pytest.mark.slow
+def test_command_line_tunes_the_library_matmul(tmp_path):
+    """The library Matmul is opt_in: Matmul(b_layout="col") from --init is tuned over its 32 configurations."""
+    command = [sys.executable, "-m", "tilus_tvm.tune", "tilus_tvm.schedules.matmul:Matmul",
+               "--args", "256", "512", "512", "float16[256,512]", "float16[512,512]", "float16[256,512]",
+               "--init", "b_layout=col", "--target", "sm_90", "--builder", "tests.tune.fakes:FakeBuilder",
+               "--runner", "tests.tune.fakes:add_one_runner", "--database", str(tmp_path / "db"), "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TILUS_TVM_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert '"init": {"b_layout": "col", "dtype": "float16", "min_blocks": 1}' in lines[0]
+    assert lines[1].split()[:5] == ["block_m", "block_n", "warps", "block_k", "stages"]
+    assert len(lines) == 2 + 32 + 1
+    # add_one_seconds over Matmul's tiles: block_n=256 on 8 warps is fastest (1.5 ms); (64, 256, 8) comes first
+    assert lines[-1].startswith("best: block_m=64, block_n=256, warps=8, block_k=32, stages=3 (1.5000 ms, measured in")

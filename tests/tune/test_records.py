@@ -48,5 +48,5 @@ def test_database_is_plain_metaschedule(fresh_cache):
     assert [(json.loads(f.config_json), f.error) for f in failed] == [
         ({"block_n": 512, "warps": 1}, "lowering: ScriptError: TunedAddOne: block_n=512 needs more than one warp")]
     key = json.loads(result.key.json)
-    assert key == {"arch": "sm_90", "const": {}, "dtypes": {}, "init": {}, "kernel": "tests.tune.fakes:TunedAddOne",
+    assert key == {"arch": "sm_90", "const": {}, "dtypes": {}, "init": {"offset": 1.0}, "kernel": "tests.tune.fakes:TunedAddOne",
                    "scalars": {"n": 5000}}

@@ -21,14 +21,16 @@ def test_group_names_shapes_of_tilus_intrinsics():
 
 
 @pytest.mark.slow
-def test_sketches_tensorize_with_tilus_intrinsics_and_compile():
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_sketches_tensorize_with_tilus_intrinsics_and_compile(pipeline):
     mod = tvm.IRModule({"main": te_matmul(512, 512, 512, "float16", "float32").with_attr("global_symbol", "main")})
     target = tir.tuning_target("sm_90")
-    context = ms.TuneContext(mod=mod, target=target, space_generator=tir.space(("float16",)), task_name="mm",
-                             num_threads=1)
+    context = ms.TuneContext(mod=mod, target=target, space_generator=tir.space(("float16",), pipeline),
+                             task_name="mm", num_threads=1)
     (sketch,) = context.generate_design_space()
     text = str(sketch.trace)
     assert 'ann_val="tilus.ms.mma_m16n8k16_f16f16f32"' in text and 'ann_val="tilus.ms.ldmatrix_x4_f16"' in text
+    assert ('ann_key="software_pipeline_stage"' in text) == pipeline
     compiled = 0
     for seed in range(1, 41):  # random decisions; VerifyGPUCode rejects most (too much shared memory, threads)
         sch = tvm.s_tir.Schedule(mod, seed=seed)
@@ -47,13 +49,14 @@ def test_sketches_tensorize_with_tilus_intrinsics_and_compile():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_tune_tir_matches_torch(tmp_path, dtype):
+@pytest.mark.parametrize("dtype, pipeline", [("float16", True), ("bfloat16", False)])
+def test_tune_tir_matches_torch(tmp_path, dtype, pipeline):
     import torch
 
     m = n = k = 1024
     func = te_matmul(m, n, k, dtype, "float32")
-    database = tilus.tune_tir(func, None, work_dir=str(tmp_path), max_trials_global=32, num_trials_per_iter=16, seed=1)
+    database = tilus.tune_tir(func, None, work_dir=str(tmp_path), max_trials_global=32, num_trials_per_iter=16, seed=1,
+                              software_pipeline=pipeline)
     scheduled = tir.compile_best(database, func, None)
     assert scheduled is not None
     target = tir.tuning_target(None)

@@ -24,6 +24,11 @@ left when the lengths differ); a block stops at the last key tile its rows can s
     kernel = FlashAttention(head_dim=128, causal=True)
     kernel(batch * heads, seq_q, seq_k, scale * LOG2E, q, k, v, o)
     o = flash_attention(q, k, v, causal=True)            # picks a configuration
+    o = flash_attention(q, k, v, causal=True, tune=True) # the tuned configuration (docs/tuning.md)
+
+``FlashAttention`` carries an ``opt_in`` ``@autotune`` space of 36 configurations (``block_q`` with
+``warps``, ``block_kv``, ``stages``, ``out_chunk``; the lengths and ``batch_heads`` bucketed by
+powers of two) holding the hand-picked ones; ``FlashAttention()`` is the default configuration.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ import tilus_tvm as tilus
 from tilus_tvm import bfloat16, float16, float32, int32, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
+from tilus_tvm.tune.library import tuned_kernel, use_tuned
 
 LOG2E = 1.4426950408889634
 NEG_INF = float("-inf")
@@ -43,6 +49,11 @@ M_INIT = -1.0e30
 HEAD_DIMS = (64, 128)
 
 
+@tilus.autotune("block_q, warps", [(64, 4), (128, 4), (128, 8)], opt_in=True,
+                bucket={"batch_heads": "pow2", "seq_q": "pow2", "seq_k": "pow2"})
+@tilus.autotune("block_kv", [32, 64, 128])
+@tilus.autotune("stages", [2, 3])
+@tilus.autotune("out_chunk", [32, 64])
 class FlashAttention(tilus.Script):
     """Prefill attention over [batch * heads, seq, head_dim] tensors (see the module docstring).
 
@@ -193,12 +204,16 @@ def check_attention_inputs(fn: str, q: Any, k: Any, v: Any, names: tuple[str, st
 
 
 def flash_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None,
-                    out: Optional[Any] = None) -> Any:
+                    out: Optional[Any] = None, *, tune: Optional[bool] = None) -> Any:
     """``softmax(q @ k^T * scale [+ causal mask]) @ v`` for CUDA tensors [batch, heads, seq, head_dim].
 
     Like ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``:
     ``scale`` defaults to ``1 / sqrt(head_dim)``; q and k/v lengths may differ. float16 or bfloat16,
     head_dim 64 or 128, contiguous tensors. Raises :class:`LaunchError` naming the bad argument.
+    ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) launches the configuration
+    tuned for the shapes (lengths rounded up to powers of two) instead of the hand-picked one.
+
+        o = flash_attention(q, k, v, causal=True)     # q, k, v [batch, heads, seq, 128] float16
     """
     import torch
 
@@ -213,7 +228,11 @@ def flash_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optiona
     elif out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous():
         raise LaunchError(f"flash_attention: out must be a contiguous {q.dtype} tensor of shape {list(q.shape)}, "
                           f"got {out.dtype} {list(out.shape)}")
-    kernel = flash_kernel_for(head_dim, bool(causal), q.dtype)
+    if use_tuned(tune, "flash_attention"):
+        kernel = tuned_kernel(FlashAttention, head_dim=head_dim, causal=bool(causal),
+                              dtype=bfloat16 if q.dtype == torch.bfloat16 else float16)
+    else:
+        kernel = flash_kernel_for(head_dim, bool(causal), q.dtype)
     bh = batch * heads
     kernel(bh, seq_q, seq_k, scale * LOG2E, q.view(bh, seq_q, head_dim), k.view(bh, seq_k, head_dim),
            v.view(bh, seq_k, head_dim), out.view(bh, seq_q, head_dim))

@@ -12,6 +12,12 @@ float32 registers. The result is cast and stored, masked at the edges, so any M,
     kernel = Matmul(block_m=128, block_n=128, block_k=32, warps=8, stages=4)
     kernel(m, n, k, a, b, c)          # a [m, k], b [k, n] (or [n, k] with b_layout="col"), c [m, n]
     c = matmul(a, b)                   # picks a configuration for the shape
+    c = matmul(a, b, tune=True)        # the tuned configuration (docs/tuning.md)
+
+``Matmul`` carries an ``@autotune`` space of 32 configurations (tile and warps, ``block_k``,
+``stages``; ``m_size`` bucketed by powers of two) holding every configuration of the hand-picked
+tables. It is ``opt_in``: ``Matmul()`` is the default configuration; ``tilus_tvm.tune(Matmul(), ...)``
+or ``tilus_tvm.tune.tunable(Matmul)`` tune.
 """
 from __future__ import annotations
 
@@ -21,8 +27,16 @@ import tilus_tvm as tilus
 from tilus_tvm import bfloat16, float16, float32, int32, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
+from tilus_tvm.tune.library import tuned_kernel, use_tuned
+
+# (block_m, block_n, warps): thin tiles for small m, 64x64 warp tiles for large problems
+TUNED_TILES = [(16, 128, 4), (32, 128, 4), (64, 128, 4), (64, 256, 8), (128, 128, 4), (128, 128, 8), (128, 256, 8),
+               (256, 128, 8)]
 
 
+@tilus.autotune("block_m, block_n, warps", TUNED_TILES, bucket={"m_size": "pow2"}, opt_in=True)
+@tilus.autotune("block_k", [32, 64])
+@tilus.autotune("stages", [3, 4])
 class Matmul(tilus.Script):
     """``c[m, n] = a[m, k] @ b[k, n]`` with float32 accumulation (see the module docstring).
 
@@ -135,14 +149,20 @@ class Matmul(tilus.Script):
         return stage_tile.transpose() if self.b_layout == "col" else stage_tile
 
 
-def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = None) -> Any:
+def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = None, *,
+           tune: Optional[bool] = None) -> Any:
     """``a @ b`` for float16 or bfloat16 CUDA tensors ``a`` [m, k] and ``b`` [k, n], into ``out`` (new if None).
 
     ``b`` may be row-major or the transpose of a row-major [n, k] tensor (``w.t()``, as in
     ``x @ w.t()``); other strides are made contiguous first. The configuration comes from a small
-    table by ``m`` (measured on an H100; see ``scripts/bench_matmul.py``). For few rows and a long
-    k, k is split over blocks (:class:`~tilus_tvm.schedules.matmul_splitk.MatmulSplitK`, chosen by
-    ``choose_splits``); ``splits`` overrides the choice (1: never split).
+    table by ``m`` (measured on an H100; see ``scripts/bench_matmul.py``), or, with ``tune=True``
+    (``None``: ``tilus_tvm.tune.configure(library=...)``), from the tuning database: the first call
+    of a key (n, k, dtypes, layout, the GPU, m rounded up to a power of two) tunes ``Matmul``'s space.
+    For few rows and a long k, k is split over blocks
+    (:class:`~tilus_tvm.schedules.matmul_splitk.MatmulSplitK`, chosen by ``choose_splits``);
+    ``splits`` overrides the choice (1: never split).
+
+        y = matmul(x, w.t())                  # x [tokens, 4096], w [14336, 4096]: y [tokens, 14336]
     """
     import torch
 
@@ -168,6 +188,8 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = No
         raise LaunchError(f"matmul: splits must be a positive int or None, got {splits!r}")
     if splits > 1:
         kernel = matmul_splitk.split_k_kernel(m, splits, a.dtype, b_layout)
+    elif use_tuned(tune, "matmul"):
+        kernel = tuned_kernel(Matmul, b_layout=b_layout, dtype=bfloat16 if a.dtype == torch.bfloat16 else float16)
     else:
         kernel = kernel_for(m, a.dtype, b_layout, a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9)
     kernel(m, n, k, a.contiguous(), b_arg, out)

@@ -15,6 +15,10 @@ x, weight, bias and y share one dtype: float16, bfloat16 or float32.
 
     y = layer_norm(x, weight, bias, eps=1e-5)     # x [..., hidden]
     y = rms_norm(x, weight, eps=1e-6)
+    y = rms_norm(x, weight, tune=True)            # the tuned number of warps (docs/tuning.md)
+
+Both kernels carry an ``opt_in`` ``@autotune`` space over ``warps`` (``rows`` bucketed by powers of
+two), ``block_n`` fixed by the row length.
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ import tilus_tvm as tilus
 from tilus_tvm import float32, int32, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
-from tilus_tvm.schedules.softmax import RowConfig, _dtype_of, check_row_kernel, row_config
+from tilus_tvm.schedules.softmax import ROW_WARPS, RowConfig, _dtype_of, check_row_kernel, row_config
+from tilus_tvm.tune.library import tuned_kernel, use_tuned
 
 
 def _row_kernel_config(name: str, block_n: int, warps: int, rows_per_block: int) -> RowConfig:
@@ -34,6 +39,7 @@ def _row_kernel_config(name: str, block_n: int, warps: int, rows_per_block: int)
         raise ScriptError(f"{name}: {exc}") from None
 
 
+@tilus.autotune("warps", ROW_WARPS, bucket={"rows": "pow2"}, opt_in=True)
 class LayerNorm(tilus.Script):
     """Layer normalisation of rows of ``hidden`` <= ``block_n`` values (see the module docstring);
     ``rows_per_block`` rows per block, each over ``32 * warps / rows_per_block`` threads.
@@ -74,6 +80,7 @@ class LayerNorm(tilus.Script):
         self.store_global(gy, y, offsets=[row, 0])
 
 
+@tilus.autotune("warps", ROW_WARPS, bucket={"rows": "pow2"}, opt_in=True)
 class RMSNorm(tilus.Script):
     """RMS normalisation of rows of ``hidden`` <= ``block_n`` values (see the module docstring);
     ``rows_per_block`` rows per block, each over ``32 * warps / rows_per_block`` threads."""
@@ -107,11 +114,12 @@ _KERNELS: dict = {}
 NORM_MAX_BYTES_PER_THREAD = 64
 
 
-def norm_kernel_for(kind: str, hidden: int, dtype: Any, affine: bool = True) -> tilus.Script:
+def norm_kernel_for(kind: str, hidden: int, dtype: Any, affine: bool = True, tune: bool = False) -> tilus.Script:
     """The kernel :func:`layer_norm` (``kind="layer_norm"``) or :func:`rms_norm` (``"rms_norm"``) uses
-    for rows of ``hidden`` values of ``dtype`` (``affine``: LayerNorm with weight and bias).
-    Memoised on the arguments: the torch-like functions call it on every launch."""
-    request = (kind, hidden, dtype, affine)
+    for rows of ``hidden`` values of ``dtype`` (``affine``: LayerNorm with weight and bias; ``tune``:
+    the tunable instance, whose launches use the tuned number of warps). Memoised on the arguments:
+    the torch-like functions call it on every launch."""
+    request = (kind, hidden, dtype, affine, tune)
     kernel = _KERNELS.get(request)
     if kernel is not None:
         return kernel
@@ -119,6 +127,10 @@ def norm_kernel_for(kind: str, hidden: int, dtype: Any, affine: bool = True) -> 
         raise ScriptError(f"norm_kernel_for: kind must be 'layer_norm' or 'rms_norm', got {kind!r}")
     dtype = as_dtype(dtype)
     config = row_config(hidden, dtype.nbits, NORM_MAX_BYTES_PER_THREAD)
+    if tune:
+        _KERNELS[request] = (tuned_kernel(LayerNorm, block_n=config.block_n, dtype=dtype, affine=affine)
+                             if kind == "layer_norm" else tuned_kernel(RMSNorm, block_n=config.block_n, dtype=dtype))
+        return _KERNELS[request]
     key = (kind, config, dtype.name, bool(affine))
     if key not in _KERNELS:
         args = (config.block_n, config.warps, dtype)
@@ -168,9 +180,10 @@ def _output(fn: str, x: Any, out: Optional[Any]) -> Any:
 
 
 def layer_norm(x: Any, weight: Optional[Any] = None, bias: Optional[Any] = None, eps: float = 1e-5,
-               out: Optional[Any] = None) -> Any:
+               out: Optional[Any] = None, *, tune: Optional[bool] = None) -> Any:
     """``torch.nn.functional.layer_norm(x, [hidden], weight, bias, eps)`` over x's last dimension.
-    ``weight`` and ``bias`` are both given or both None; they have x's dtype."""
+    ``weight`` and ``bias`` are both given or both None; they have x's dtype. ``tune=True``
+    (``None``: ``tilus_tvm.tune.configure(library=...)``) launches the tuned number of warps."""
     if (weight is None) != (bias is None):
         raise LaunchError("layer_norm: give both weight and bias, or neither")
     dtype = _check_norm_inputs("layer_norm", x, {"weight": weight, "bias": bias})
@@ -178,7 +191,7 @@ def layer_norm(x: Any, weight: Optional[Any] = None, bias: Optional[Any] = None,
     hidden = x.shape[-1]
     rows = x.numel() // hidden
     affine = weight is not None
-    kernel = norm_kernel_for("layer_norm", hidden, dtype, affine)
+    kernel = norm_kernel_for("layer_norm", hidden, dtype, affine, use_tuned(tune, "layer_norm"))
     x2 = x if x.dim() == 2 else x.view(rows, hidden)
     y2 = out if out.dim() == 2 else out.view(rows, hidden)
     w2, b2 = (weight.view(1, hidden), bias.view(1, hidden)) if affine else (x2, x2)  # unread without affine
@@ -186,8 +199,10 @@ def layer_norm(x: Any, weight: Optional[Any] = None, bias: Optional[Any] = None,
     return out
 
 
-def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Optional[Any] = None) -> Any:
-    """``x * rsqrt(mean(x^2, -1) + eps) * weight`` (``torch.nn.functional.rms_norm``) over x's last dimension."""
+def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Optional[Any] = None, *,
+             tune: Optional[bool] = None) -> Any:
+    """``x * rsqrt(mean(x^2, -1) + eps) * weight`` (``torch.nn.functional.rms_norm``) over x's last dimension.
+    ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) launches the tuned number of warps."""
     if weight is None:
         raise LaunchError("rms_norm: weight is required")
     dtype = _check_norm_inputs("rms_norm", x, {"weight": weight})
@@ -195,5 +210,6 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Optional[Any] = None) 
     hidden = x.shape[-1]
     rows = x.numel() // hidden
     x2, y2 = (x, out) if x.dim() == 2 else (x.view(rows, hidden), out.view(rows, hidden))
-    norm_kernel_for("rms_norm", hidden, dtype)(rows, hidden, float(eps), x2, weight.view(1, hidden), y2)
+    kernel = norm_kernel_for("rms_norm", hidden, dtype, tune=use_tuned(tune, "rms_norm"))
+    kernel(rows, hidden, float(eps), x2, weight.view(1, hidden), y2)
     return out

@@ -16,6 +16,11 @@ compile-time constant (a kernel per row length), which lets every access use 16-
   write; both passes load the next chunk while computing on the current one.
 
     y = softmax(x)            # any shape, dim=-1 (or another dim: moved last, made contiguous)
+    y = softmax(x, tune=True) # the tuned configuration (docs/tuning.md)
+
+Both kernels carry an ``opt_in`` ``@autotune`` space (``Softmax``: ``warps``, its ``block_n``
+fixed by the row length; ``OnlineSoftmax``: ``chunk`` and ``warps``; ``rows`` bucketed by powers
+of two) holding the hand-picked configurations.
 """
 from __future__ import annotations
 
@@ -27,11 +32,13 @@ from tilus_tvm import bfloat16, float16, float32, int32, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.layout import RegisterLayout, local
+from tilus_tvm.tune.library import tuned_kernel, use_tuned
 
 LOG2E = 1.4426950408889634
 NEG_INF = float("-inf")
 M_INIT = -1.0e30  # finite: a slot that saw only masked columns keeps exp2(-inf - M_INIT) = 0, never NaN
 ROW_DTYPES = (float16, bfloat16, float32)
+ROW_WARPS = [1, 2, 4, 8, 16, 32]  # the tuning space of the row kernels (block_n fixed by the row length)
 
 VECTOR_BITS = 128  # one global access per 16 bytes
 TARGET_ROW_BYTES_PER_THREAD = 64  # threads per row grow (to 512) until a thread holds at most this
@@ -124,6 +131,7 @@ def fits_in_registers(n: int, dtype_bits: int) -> bool:
     return n * dtype_bits // 8 <= 512 * MAX_ROW_BYTES_PER_THREAD
 
 
+@tilus.autotune("warps", ROW_WARPS, bucket={"rows": "pow2"}, opt_in=True)
 class Softmax(tilus.Script):
     """Softmax of rows of ``n`` <= ``block_n`` columns held in registers (see the module docstring);
     ``rows_per_block`` rows per block, each over ``32 * warps / rows_per_block`` threads."""
@@ -164,6 +172,8 @@ class Softmax(tilus.Script):
         self.store_global(gy, e * inv_sum, offsets=[row, 0])
 
 
+@tilus.autotune("chunk", [1024, 2048, 4096, 8192], bucket={"rows": "pow2"}, opt_in=True)
+@tilus.autotune("warps", [4, 8, 16])
 class OnlineSoftmax(tilus.Script):
     """Softmax of rows of any length ``n``, in ``chunk``-column pieces (see the module docstring)."""
 
@@ -218,15 +228,20 @@ def _dtype_of(t: Any) -> Any:
     return table[t.dtype]
 
 
-def softmax_kernel_for(n: int, dtype: Any, online: Optional[bool] = None) -> tilus.Script:
-    """The kernel :func:`softmax` uses for rows of ``n`` values (``online``: force the online form or not).
-    Memoised on the arguments: :func:`softmax` calls it on every launch."""
-    request = (n, dtype, online)
+def softmax_kernel_for(n: int, dtype: Any, online: Optional[bool] = None, tune: bool = False) -> tilus.Script:
+    """The kernel :func:`softmax` uses for rows of ``n`` values (``online``: force the online form or not;
+    ``tune``: the tunable instance, whose launches use the tuned configuration). Memoised on the
+    arguments: :func:`softmax` calls it on every launch."""
+    request = (n, dtype, online, tune)
     kernel = _KERNELS.get(request)
     if kernel is not None:
         return kernel
     dtype = as_dtype(dtype)
     online = not fits_in_registers(n, dtype.nbits) if online is None else online
+    if tune:
+        _KERNELS[request] = tuned_kernel(OnlineSoftmax, dtype=dtype) if online else \
+            tuned_kernel(Softmax, block_n=row_config(n, dtype.nbits).block_n, dtype=dtype)
+        return _KERNELS[request]
     if online:
         key = ("online", dtype.name)
         if key not in _KERNELS:
@@ -240,10 +255,12 @@ def softmax_kernel_for(n: int, dtype: Any, online: Optional[bool] = None) -> til
     return _KERNELS[key]
 
 
-def softmax(x: Any, dim: int = -1, out: Optional[Any] = None, online: Optional[bool] = None) -> Any:
+def softmax(x: Any, dim: int = -1, out: Optional[Any] = None, online: Optional[bool] = None, *,
+            tune: Optional[bool] = None) -> Any:
     """``torch.softmax(x, dim)`` for a float16, bfloat16 or float32 CUDA tensor (float32 math, the
     result in x's dtype). Rows over 64 KB (32768 16-bit or 16384 float32 values) use the online
-    form (``online`` forces a choice)."""
+    form (``online`` forces a choice). ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``)
+    launches the tuned configuration."""
     import torch
 
     if not isinstance(x, torch.Tensor):
@@ -264,7 +281,7 @@ def softmax(x: Any, dim: int = -1, out: Optional[Any] = None, online: Optional[b
     n = moved.shape[-1]
     rows = moved.numel() // n
     y = out if out is not None and last and out.is_contiguous() else torch.empty_like(moved)
-    kernel = softmax_kernel_for(n, dtype, online)
+    kernel = softmax_kernel_for(n, dtype, online, use_tuned(tune, "softmax"))
     if moved.dim() == 2:  # no views to make: a few microseconds less per call on small inputs
         kernel(rows, n, moved, y)
     else:

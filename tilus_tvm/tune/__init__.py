@@ -16,10 +16,15 @@
 
     db = tilus.tune_tir(te_matmul_module, "sm_90", work_dir="ms")   # TVM's auto-scheduler, our intrinsics
 
+    kernel = tilus.tune.tunable(LibraryMatmul, b_layout="col")   # an opt_in class: tune when asked
+    y = tilus_tvm.schedules.matmul(x, w.t(), tune=True)          # the library functions' switch
+
 ``tilus_tvm.tune`` is this package and, called, :func:`tune`. Where things are: ``space``
-(the ``@autotune`` space and key buckets), ``decorator`` (``@autotune`` and tunable instances),
-``engine`` (the search), ``records`` (how choices are MetaSchedule workloads and tuning records),
-``measure`` (builder, runner, RPC), ``tir`` (``tune_tir``), ``__main__`` (the command line).
+(the ``@autotune`` space and key buckets), ``decorator`` (``@autotune``, ``tunable`` and tunable
+instances), ``engine`` (the search), ``lowering`` (candidates lowered in parallel), ``records``
+(how choices are MetaSchedule workloads and tuning records), ``measure`` (builder, runner, RPC,
+the cores to use), ``library`` (the library functions' ``tune=``), ``tir`` (``tune_tir``),
+``__main__`` (the command line).
 ``docs/tuning.md`` is the guide. Importing this package imports neither TVM nor torch.
 """
 from __future__ import annotations
@@ -28,8 +33,7 @@ import sys
 import types
 from typing import Any, Optional
 
-from tilus_tvm.errors import ScriptError
-from tilus_tvm.tune.decorator import autotune, space_of, tunable_of
+from tilus_tvm.tune.decorator import autotune, space_of, tunable, tunable_of
 from tilus_tvm.tune.errors import TuningError
 from tilus_tvm.tune.options import TuneOptions, configure
 
@@ -41,8 +45,9 @@ def tune(kernel: Any, *args: Any, target: Any = None, max_trials: Optional[int] 
     :class:`~tilus_tvm.tune.engine.TuneResult` (``.config``, ``.trials``, ``.table()``,
     ``.instantiate()``).
 
-    ``kernel`` is an ``@autotune`` class or a tunable instance of one (``Matmul()``,
-    ``Matmul(b_layout="col")``). ``args`` are the launch arguments; tensors may be
+    ``kernel`` is an ``@autotune`` class, a tunable instance of one, or an instance of an
+    ``opt_in`` class (``Matmul(b_layout="col")``: the tuned parameters it was not given are tuned;
+    see :func:`tunable`). ``args`` are the launch arguments; tensors may be
     ``device="meta"`` (the runner makes its own of the same shapes). ``target``: ``"sm_90"`` etc.,
     None for the current GPU. A key already in the database is read, not measured again, unless
     the budget has grown. The other arguments are :class:`TuneOptions` (None: the defaults set with
@@ -67,18 +72,7 @@ def tune_tir(mod: Any, target: Any, **kwargs: Any):
 
 
 def _tunable(kernel: Any):
-    if isinstance(kernel, type):
-        if space_of(kernel) is None:
-            raise ScriptError(f"tune: {kernel.__name__} has no @autotune parameters")
-        kernel = kernel()
-    tunable = tunable_of(kernel)
-    if tunable is None:
-        cls = type(kernel)
-        if space_of(cls) is None:
-            raise ScriptError(f"tune: {cls.__name__} has no @autotune parameters")
-        raise ScriptError(f"tune: this {cls.__name__} was created with every tuned parameter given "
-                          f"({', '.join(space_of(cls).names)}); create it without them, e.g. {cls.__name__}()")
-    return tunable
+    return tunable_of(tunable(kernel))
 
 
 class _CallableModule(types.ModuleType):
@@ -90,4 +84,4 @@ class _CallableModule(types.ModuleType):
 
 sys.modules[__name__].__class__ = _CallableModule
 
-__all__ = ["autotune", "configure", "tune", "tune_tir", "TuneOptions", "TuningError"]
+__all__ = ["autotune", "configure", "tunable", "tune", "tune_tir", "TuneOptions", "TuningError"]

@@ -2,9 +2,9 @@
 
 For a tunable kernel and its call's arguments:
 
-1. **Key.** The kernel (``module:Class``), its fixed ``__init__`` arguments, the compile-time
-   arguments, the tensors' dtypes, the target arch and the run-time integer scalars, bucketed
-   (:func:`tuning_key`). The key names a MetaSchedule workload (:mod:`tilus_tvm.tune.records`).
+1. **Key.** The kernel (``module:Class``), its untuned ``__init__`` arguments (defaults included),
+   the compile-time arguments, the tensors' dtypes, the target arch and the run-time integer
+   scalars, bucketed (:func:`tuning_key`). The key names a MetaSchedule workload (:mod:`tilus_tvm.tune.records`).
 2. **Database.** Every configuration of the space measured before for the workload is read from
    the database (a ``JSONDatabase`` in ``<cache_dir>/tuning`` unless given). When as many were
    measured as the budget allows and one of them worked, the fastest is the choice: nothing is
@@ -59,6 +59,7 @@ class Trial:
     seconds: Optional[float] = None
     error: Optional[str] = None
     measured_now: bool = True  # False: read from the database
+    batch: Optional[int] = None  # which batch of this search measured it (0: the first); None: not measured now
 
     @property
     def ok(self) -> bool:
@@ -129,7 +130,7 @@ def tuning_key(tunable, args: tuple, target: Any) -> TuningKey:
     arch = resolve_arch(target)
     fields = {
         "kernel": tunable.kernel_path,
-        "init": {name: encode_value(value) for name, value in sorted(tunable.fixed.items())},
+        "init": {name: encode_value(value) for name, value in sorted(tunable.key_arguments.items())},
         "const": {name: encode_value(value) for name, value in bound.const_values.items()},
         "dtypes": {name: dtype.name for name, dtype in sorted(bound.pointer_dtypes.items())},
         "arch": arch,
@@ -215,7 +216,8 @@ class _Search:
                                                                                     database, name)
         self.options = options
         self.target = tvm_target(key.arch)
-        self.builder = options.builder if options.builder is not None else _default_builder()
+        self.workers = options.workers or measure.available_cores()
+        self.builder = options.builder if options.builder is not None else _default_builder(self.workers)
         self.runner = measure.runner_for(options.runner, options.tracker) if (
             options.runner is not None or options.tracker is not None) else _default_runner()
         self.workload = database.commit_workload(marker)
@@ -225,18 +227,20 @@ class _Search:
         self.context = None
 
     # -- one configuration ----------------------------------------------------------------------
-    def lower(self, config: dict) -> _Candidate:
-        """The candidate of ``config``; raises what lowering raised."""
+    def lower(self, config: dict):
+        """The destination-passing module of ``config`` lowered in this process; raises what lowering raised."""
+        kernel = self.tunable.instantiate(config)
+        return kernel.lower(*self.args, target=self.key.arch, dps=True)
+
+    def candidate(self, config: dict, mod) -> _Candidate:
+        """The candidate MetaSchedule builds for ``config``, from its lowered module."""
         from tilus_tvm.tune import measure
 
         config_json = encode_config(config)
-        kernel = self.tunable.instantiate(config)
-        mod = kernel.lower(*self.args, target=self.key.arch, dps=True)
         prim_func = next(iter(mod.functions.values()))
         if self.args_info is None:
             self.args_info = measure.args_info(prim_func, self.key.scalars)
-        candidate_mod = measure.candidate_module(prim_func, self.key.scalars, config_json)
-        return _Candidate(config, config_json, candidate_mod)
+        return _Candidate(config, config_json, measure.candidate_module(prim_func, self.key.scalars, config_json))
 
     def fail(self, config: dict, stage: str, error: Any) -> Trial:
         from tilus_tvm.tune import measure, records
@@ -251,66 +255,64 @@ class _Search:
     def run(self, configs: list[dict], budget: int) -> list[Trial]:
         from tqdm import tqdm
 
-        trials: list[Trial] = []
-        pending = list(configs)
-        ranked = len(pending) > budget
-        lowered: list[_Candidate] = []
-        if ranked:  # the cost model needs every candidate's features
-            lowered, failed = self._lower_all(pending)
-            trials += failed
-            pending = []
+        lowered, trials = self._lower_all(configs)
+        ranked = len(lowered) > budget
+        if ranked:
             self._start_cost_model()
         batch_size = max(MIN_BATCH, 2 * _parallelism(self.builder))
-        measured = 0
-        best = None
-        with tqdm(total=min(budget, len(lowered) if ranked else len(configs)), desc=f"[Tuning] {self.name}",
-                  disable=not self.options.progress, leave=False) as progress:
-            while measured < budget and (lowered if ranked else pending):
+        if ranked:  # several batches, so the cost model trained on the first ones chooses the later ones
+            batch_size = max(MIN_BATCH, min(batch_size, budget // 5))
+        measured = batches = 0
+        with tqdm(total=min(budget, len(lowered)), desc=f"[Tuning] {self.name}", disable=not self.options.progress,
+                  leave=False) as progress:
+            while measured < budget and lowered:
                 size = min(batch_size, budget - measured)
                 if ranked:
                     batch = self._pick(lowered, size)
                 else:
-                    batch = []
-                    while pending and len(batch) < size:
-                        config = pending.pop(0)
-                        try:
-                            batch.append(self.lower(config))
-                        except Exception as exc:  # noqa: BLE001 - a configuration that does not lower is skipped
-                            trials.append(self.fail(config, LOWERING, _message(exc)))
-                            progress.update(1)
-                    if not batch:
-                        continue
+                    batch, lowered = lowered[:size], lowered[size:]
                 results = self._measure(batch)
+                for trial in results:
+                    trial.batch = batches
+                batches += 1
                 trials += results
                 measured += len(batch)
                 progress.update(len(batch))
                 times = [t.seconds for t in trials if t.ok]
                 if times:
-                    best = min(times)
-                    progress.set_postfix_str(f"best {best * 1e3:.4f} ms")
+                    progress.set_postfix_str(f"best {min(times) * 1e3:.4f} ms")
         return trials
 
     def _lower_all(self, configs: list[dict]) -> tuple[list[_Candidate], list[Trial]]:
+        """Every configuration lowered (in parallel where it can be, :mod:`tilus_tvm.tune.lowering`):
+        the candidates, and a trial for each that failed."""
         from tqdm import tqdm
 
+        from tilus_tvm.tune import lowering
+
         lowered, failed = [], []
-        for config in tqdm(configs, desc=f"[Lowering] {self.name}", disable=not self.options.progress, leave=False):
-            try:
-                lowered.append(self.lower(config))
-            except Exception as exc:  # noqa: BLE001
-                failed.append(self.fail(config, LOWERING, _message(exc)))
+        with tqdm(total=len(configs), desc=f"[Lowering] {self.name}", disable=not self.options.progress,
+                  leave=False) as progress:
+            results = lowering.lower_configs(self.tunable, configs, self.args, self.key.arch, self.workers,
+                                             self.lower, progress=lambda: progress.update(1))
+        for config, (status, value) in zip(configs, results):
+            if status == lowering.OK:
+                try:
+                    lowered.append(self.candidate(config, value))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - e.g. shapes that do not follow from the scalars
+                    value = _message(exc)
+            failed.append(self.fail(config, LOWERING, value))
         return lowered, failed
 
     def _start_cost_model(self) -> None:
-        import os
-
         from tvm.s_tir import meta_schedule as ms
 
         model = self.options.cost_model
         if isinstance(model, str):
             if model == "xgb":
                 model = ms.cost_model.XGBModel(extractor=ms.feature_extractor.PerStoreFeature(), num_warmup_samples=0,
-                                               num_tuning_cores=os.cpu_count() or 1, adaptive_training=False)
+                                               num_tuning_cores=self.workers, adaptive_training=False)
             elif model == "random":
                 model = ms.cost_model.RandomModel(seed=self.options.seed)
             else:
@@ -380,18 +382,17 @@ def _parallelism(builder: Any) -> int:
     return int(getattr(builder, "max_workers", 0) or 1)
 
 
-_BUILDER = None
+_BUILDERS: dict = {}
 _RUNNER = None
 
 
-def _default_builder():
-    """One ``LocalBuilder`` per process (starting one checks its worker pool)."""
-    global _BUILDER
-    if _BUILDER is None:
+def _default_builder(workers: int):
+    """One ``LocalBuilder`` per process and worker count (starting one checks its worker pool)."""
+    if workers not in _BUILDERS:
         from tilus_tvm.tune import measure
 
-        _BUILDER = measure.default_builder()
-    return _BUILDER
+        _BUILDERS[workers] = measure.default_builder(max_workers=workers)
+    return _BUILDERS[workers]
 
 
 def _default_runner():

@@ -8,9 +8,10 @@ candidates apart). MetaSchedule builds it with :func:`build_candidate` (``tvm.co
 ``tvm.s_tir.tensor_intrin``, which takes longer than its time limit) and times it on tensors of the
 call's shapes (:func:`args_info`).
 
-Defaults: ``ms.builder.LocalBuilder`` (one worker process per core; it needs ``cloudpickle`` and
-``psutil``, the ``tune`` extra; without them :class:`SerialBuilder`, the same build in this
-process) and ``ms.runner.LocalRunner`` on GPU 0. ``tracker="host:port:key"`` makes an
+Defaults: ``ms.builder.LocalBuilder`` (one worker process per core this process may use,
+:func:`available_cores`: its CPU affinity and cgroup quota, not the host's count; it needs
+``cloudpickle`` and ``psutil``, the ``tune`` extra; without them :class:`SerialBuilder`, the same
+build in this process) and ``ms.runner.LocalRunner`` on GPU 0. ``tracker="host:port:key"`` makes an
 ``ms.runner.RPCRunner`` with one worker per server the tracker has for ``key``.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from tilus_tvm.tune.errors import TuningError
+from tilus_tvm.utils.cores import available_cores  # noqa: F401 - re-exported for the tuner
 
 CONFIG_ATTR = "tilus.config"
 ENTRY = "main"
@@ -105,7 +107,8 @@ def has_worker_pool() -> bool:
 
 def default_builder(max_workers: Optional[int] = None, f_build=build_candidate):
     """``LocalBuilder`` with ``f_build`` on ``max_workers`` processes (default: the ``parallel_workers``
-    option, every core unless set) -- ``SerialBuilder`` without its worker pool."""
+    option, which defaults to :func:`~tilus_tvm.utils.cores.available_cores`) -- ``SerialBuilder``
+    without the worker pool's packages."""
     from tilus_tvm import option
 
     if not has_worker_pool():

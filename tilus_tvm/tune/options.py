@@ -2,11 +2,12 @@
 
     tilus_tvm.tune.configure(tracker="gpu-host:9190:h100")   # time candidates on the tracker's servers
     tilus_tvm.tune.configure(max_trials=64, progress=False)
+    tilus_tvm.tune.configure(library=True)                   # matmul(), rms_norm(), ... use tuned choices
     tilus_tvm.tune.configure()                               # back to the defaults
 
 A launch of an ``@autotune`` kernel that finds no record tunes with these; ``tilus_tvm.tune(...)``
-arguments override them call by call. ``TILUS_TVM_TUNE_TRACKER`` (``host:port:key``) sets the
-default tracker from the environment.
+arguments override them call by call. From the environment: ``TILUS_TVM_TUNE_TRACKER``
+(``host:port:key``) sets the default tracker, ``TILUS_TVM_TUNE_LIBRARY=1`` the library switch.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Optional
 
 TRACKER_ENV = "TILUS_TVM_TUNE_TRACKER"
+LIBRARY_ENV = "TILUS_TVM_TUNE_LIBRARY"
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,10 @@ class TuneOptions:
     (configurations measured at most; None: all, or the class's ``max_trials``), ``cost_model``
     (``"xgb"``, ``"random"`` or a MetaSchedule ``CostModel``; ranks candidates when the space is
     larger than the trial budget), ``progress`` (show a progress bar), ``seed`` (the search's
-    random choices)."""
+    random choices), ``workers`` (processes that lower and build candidates; None: the cores this
+    process may use), ``library`` (the library functions -- ``matmul()``, ``flash_attention()``,
+    ``softmax()``, ``layer_norm()``, ``rms_norm()`` -- launch tuned configurations instead of
+    their hand-picked tables; their ``tune=`` argument overrides it call by call)."""
 
     builder: Any = None
     runner: Any = None
@@ -35,6 +40,8 @@ class TuneOptions:
     cost_model: Any = "xgb"
     progress: bool = True
     seed: int = 0
+    workers: Optional[int] = None
+    library: bool = False
 
     def merged(self, **overrides: Any) -> "TuneOptions":
         """These options with every override that is not None (a runner given replaces the default
@@ -58,12 +65,20 @@ def configure(**options: Any) -> TuneOptions:
     unknown = sorted(set(options) - set(NAMES))
     if unknown:
         raise TypeError(f"configure: unknown option(s) {', '.join(unknown)}; the options are {', '.join(NAMES)}")
+    if "library" in options and not isinstance(options["library"], bool):
+        raise TypeError(f"configure: library must be True or False, got {options['library']!r}")
+    workers = options.get("workers")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise TypeError(f"configure: workers must be a positive int or None, got {workers!r}")
     _defaults = replace(_defaults, **options) if options else TuneOptions()
     return _defaults
 
 
 def defaults() -> TuneOptions:
-    """The defaults now in force, the environment's tracker included."""
-    if _defaults.tracker is None and _defaults.runner is None and os.environ.get(TRACKER_ENV):
-        return replace(_defaults, tracker=os.environ[TRACKER_ENV])
-    return _defaults
+    """The defaults now in force, the environment's tracker and library switch included."""
+    options = _defaults
+    if options.tracker is None and options.runner is None and os.environ.get(TRACKER_ENV):
+        options = replace(options, tracker=os.environ[TRACKER_ENV])
+    if not options.library and os.environ.get(LIBRARY_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+        options = replace(options, library=True)
+    return options

@@ -42,12 +42,15 @@ class TuningSpace:
     """The product of the axes, and the tuning settings given with them.
 
     ``buckets``: run-time scalar name -> :data:`Bucket`; ``max_trials``: configurations measured
-    at most when the kernel tunes itself at a launch (``tune(max_trials=...)`` overrides it).
+    at most when the kernel tunes itself at a launch (``tune(max_trials=...)`` overrides it);
+    ``opt_in``: tuned parameters left out of ``__init__`` take their defaults, and only
+    ``tilus_tvm.tune.tunable(...)`` / ``tilus_tvm.tune(...)`` tune (the library kernels' choice).
     """
 
     axes: tuple[Axis, ...] = ()
     buckets: Mapping[str, Bucket] = field(default_factory=dict)
     max_trials: Optional[int] = None
+    opt_in: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -76,7 +79,7 @@ class TuningSpace:
         return [{k: v for part in parts for k, v in part.items()} for parts in itertools.product(*per_axis)]
 
     def with_axis(self, axis: Axis, buckets: Optional[Mapping[str, Bucket]], max_trials: Optional[int],
-                  owner: str) -> "TuningSpace":
+                  owner: str, opt_in: Optional[bool] = None) -> "TuningSpace":
         """This space with ``axis`` in front (decorators apply bottom-up) and the settings merged."""
         repeated = set(axis.names) & set(self.names)
         if repeated:
@@ -89,7 +92,10 @@ class TuningSpace:
             merged[name] = bucket
         if max_trials is not None and self.max_trials is not None and max_trials != self.max_trials:
             raise ScriptError(f"autotune: {owner} gives max_trials twice ({self.max_trials} and {max_trials})")
-        return TuningSpace((axis,) + self.axes, merged, self.max_trials if max_trials is None else max_trials)
+        if opt_in is not None and not isinstance(opt_in, bool):
+            raise ScriptError(f"autotune: opt_in must be True or False, got {opt_in!r}")
+        return TuningSpace((axis,) + self.axes, merged, self.max_trials if max_trials is None else max_trials,
+                           self.opt_in or bool(opt_in))
 
 
 def parse_axis(names: str, values: Sequence[Any], owner: str = "autotune") -> Axis:

@@ -190,8 +190,10 @@ class TilusFragments(ms.postproc.PyPostproc):
         return TilusFragments()
 
 
-def schedule_rules(in_dtypes=DTYPES) -> list:
-    """MetaSchedule's CUDA rules with ``MultiLevelTilingTensorCore`` over the ``tilus`` groups first."""
+def schedule_rules(in_dtypes=DTYPES, software_pipeline: bool = True) -> list:
+    """MetaSchedule's CUDA rules with ``MultiLevelTilingTensorCore`` over the ``tilus`` groups first;
+    ``software_pipeline``: the rule's pipeline of the k loop (shared-memory copies one step ahead of
+    the fragment loads and mma, double-buffered by TVM's ``InjectSoftwarePipeline``)."""
     tensor_core = ms.schedule_rule.MultiLevelTilingTensorCore(
         intrin_groups=[intrin_group(dtype) for dtype in in_dtypes],
         structure="SSSRRSRS",
@@ -200,7 +202,7 @@ def schedule_rules(in_dtypes=DTYPES) -> list:
         vector_load_lens=[1, 2, 4, 8],
         reuse_read=ms.schedule_rule.ReuseType(req="must", levels=[4], scope=STAGING),
         reuse_write=ms.schedule_rule.ReuseType(req="must", levels=[2], scope=STAGING),
-        use_software_pipeline=False,
+        use_software_pipeline=software_pipeline,
     )
     return [tensor_core] + list(ms.schedule_rule.ScheduleRule.create("cuda"))[1:]
 
@@ -219,27 +221,26 @@ def postprocs() -> list:
     ]
 
 
-def space(in_dtypes=DTYPES):
+def space(in_dtypes=DTYPES, software_pipeline: bool = True):
     """The design space: post-order application of :func:`schedule_rules`, :func:`postprocs`."""
-    return ms.space_generator.PostOrderApply(sch_rules=schedule_rules(in_dtypes), postprocs=postprocs(),
-                                             mutator_probs="cuda")
+    return ms.space_generator.PostOrderApply(sch_rules=schedule_rules(in_dtypes, software_pipeline),
+                                             postprocs=postprocs(), mutator_probs="cuda")
 
 
 def tune_tir(mod: Any, target: Any, work_dir: Optional[str] = None, max_trials_global: int = 64, *,
              num_trials_per_iter: int = 32, builder: Any = None, runner: Any = None, database: Any = None,
-             cost_model: Any = "xgb", seed: Optional[int] = None, **kwargs: Any):
+             cost_model: Any = "xgb", seed: Optional[int] = None, software_pipeline: bool = True, **kwargs: Any):
     """``ms.tune_tir`` on ``mod`` (an ``IRModule`` or ``PrimFunc``) for ``target`` (``"sm_90"``, a
     ``tvm.target.Target``, None: the current GPU) over :func:`space`; returns the database.
 
     Builder and runner default to :mod:`tilus_tvm.tune.measure`'s (``LocalBuilder`` with
     ``build_scheduled``, the ``s_tir`` pipeline; ``LocalRunner``),
     the database to a ``JSONDatabase`` in ``work_dir`` (a temporary directory when None).
-    ``kwargs`` go to ``ms.tune_tir`` (``strategy``, ``task_scheduler``, ...).
+    ``software_pipeline``: see :func:`schedule_rules`. ``kwargs`` go to ``ms.tune_tir``
+    (``strategy``, ``task_scheduler``, ...).
     """
     import os
     import tempfile
-
-    from tilus_tvm.tune import measure
 
     target = tuning_target(target)
     if isinstance(mod, tirx.PrimFunc):
@@ -248,7 +249,7 @@ def tune_tir(mod: Any, target: Any, work_dir: Optional[str] = None, max_trials_g
     os.makedirs(work_dir, exist_ok=True)
     with _meta_schedule_logging():
         return _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder, runner, database,
-                     cost_model, seed, kwargs)
+                     cost_model, seed, space(software_pipeline=software_pipeline), kwargs)
 
 
 @contextlib.contextmanager
@@ -272,10 +273,10 @@ def _meta_schedule_logging():
 
 
 def _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder, runner, database, cost_model,
-          seed, kwargs):
-    import os
-
+          seed, design_space, kwargs):
     from tilus_tvm.tune import measure
+
+    cores = measure.available_cores()
 
     return ms.tune_tir(
         mod=mod, target=target, work_dir=work_dir, max_trials_global=max_trials_global,
@@ -284,8 +285,8 @@ def _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder
         runner=runner if runner is not None else measure.default_runner(),
         database=database if database is not None else ms.database.JSONDatabase(work_dir=work_dir),
         cost_model=cost_model if not isinstance(cost_model, str) or cost_model != "xgb" else ms.cost_model.XGBModel(
-            extractor=ms.feature_extractor.PerStoreFeature(), num_tuning_cores=os.cpu_count() or 1),
-        space=space(), seed=seed, num_tuning_cores=os.cpu_count() or 1, **kwargs)
+            extractor=ms.feature_extractor.PerStoreFeature(), num_tuning_cores=cores),
+        space=design_space, seed=seed, num_tuning_cores=cores, **kwargs)
 
 
 def compile_best(database, mod: Any, target: Any):

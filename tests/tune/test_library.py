@@ -1,0 +1,120 @@
+"""The library kernels' @autotune spaces and the tune= switch of the library functions (CPU)."""
+import importlib
+
+import pytest
+
+import tilus_tvm as tilus
+from tilus_tvm import bfloat16, float16
+from tilus_tvm.errors import LaunchError
+from tilus_tvm.lang.script import Script
+from tilus_tvm.schedules.attention import FlashAttention
+from tilus_tvm.schedules.matmul import Matmul
+from tilus_tvm.schedules.norms import LayerNorm, RMSNorm
+from tilus_tvm.schedules.softmax import OnlineSoftmax, Softmax
+from tilus_tvm.tune import configure, library, space_of, tunable_of
+
+# the modules (the package exports functions of the same names)
+attention, matmul, norms, softmax = (importlib.import_module(f"tilus_tvm.schedules.{name}")
+                                     for name in ("attention", "matmul", "norms", "softmax"))
+
+
+def configs_of(cls, **fixed):
+    configs = tunable_of(tilus.tune.tunable(cls, **fixed)).configs()
+    return [tuple(c[name] for name in space_of(cls).names) for c in configs]
+
+
+def test_library_spaces_are_opt_in_and_keep_the_default_configurations():
+    for cls in (Matmul, FlashAttention, Softmax, OnlineSoftmax, LayerNorm, RMSNorm):
+        assert space_of(cls).opt_in, cls
+        assert cls.__call__ is Script._launch, cls  # an explicitly configured kernel launches as before
+    assert Matmul().hyper_parameters()["block_m"] == 128 and tunable_of(Matmul()) is None
+    assert type(Matmul(block_m=64)) is Matmul and type(FlashAttention(head_dim=64)) is FlashAttention
+    assert len(space_of(Matmul)) == 32 and space_of(Matmul).buckets == {"m_size": "pow2"}
+    assert len(space_of(FlashAttention)) == 36
+
+
+def test_matmul_space_holds_the_hand_tables():
+    names = space_of(Matmul).names
+    assert names == ("block_m", "block_n", "warps", "block_k", "stages")
+    picked = {(bm, bn, bk, w, st) for bm, bn, w, bk, st in configs_of(Matmul)}
+    for table in (matmul.CONFIGS, matmul.HOPPER_CONFIGS):
+        for _, (bm, bn, bk, w, st, min_blocks) in table:
+            assert (bm, bn, bk, w, st) in picked and min_blocks == 1
+    assert len(picked) == 32
+
+
+def test_attention_and_row_spaces_hold_the_hand_choices():
+    names = space_of(FlashAttention).names
+    picked = {tuple(c[n] for n in ("block_q", "block_kv", "warps", "stages", "out_chunk"))
+              for c in tunable_of(tilus.tune.tunable(FlashAttention, head_dim=128)).configs()}
+    assert set(names) == {"block_q", "warps", "block_kv", "stages", "out_chunk"}
+    assert set(attention.FLASH_CONFIGS.values()) <= picked
+    for hidden, bits in ((4096, 16), (8192, 16), (5120, 32), (300, 16)):
+        block_n, warps = softmax.row_tile(hidden, bits)
+        assert warps in softmax.ROW_WARPS
+        for cls in (Softmax, RMSNorm, LayerNorm):
+            assert {"warps": warps} in tunable_of(tilus.tune.tunable(cls, block_n=block_n)).configs()
+    assert {"chunk": 4096, "warps": 8} in tunable_of(tilus.tune.tunable(OnlineSoftmax)).configs()
+
+
+def test_every_library_configuration_is_accepted_by_its_constructor():
+    for bm, bn, w, bk, st in configs_of(Matmul):
+        Matmul(bm, bn, bk, w, st, dtype=bfloat16)
+    for config in tunable_of(tilus.tune.tunable(FlashAttention, head_dim=64)).configs():
+        FlashAttention(head_dim=64, **config)
+    for config in tunable_of(tilus.tune.tunable(OnlineSoftmax)).configs():
+        OnlineSoftmax(dtype=float16, **config)
+
+
+def test_use_tuned_switch(monkeypatch):
+    monkeypatch.delenv("TILUS_TVM_TUNE_LIBRARY", raising=False)
+    assert library.use_tuned(None, "matmul") is False and library.use_tuned(True, "matmul") is True
+    configure(library=True)
+    try:
+        assert library.use_tuned(None, "matmul") is True and library.use_tuned(False, "matmul") is False
+    finally:
+        configure()
+    monkeypatch.setenv("TILUS_TVM_TUNE_LIBRARY", "1")
+    assert library.use_tuned(None, "rms_norm") is True
+    with pytest.raises(LaunchError, match="rms_norm: tune must be True, False or None"):
+        library.use_tuned("yes", "rms_norm")
+    with pytest.raises(TypeError, match="library must be True or False"):
+        configure(library="yes")
+    with pytest.raises(TypeError, match="workers must be a positive int"):
+        configure(workers=0)
+
+
+def test_tuned_kernel_is_one_tunable_per_class_and_arguments():
+    first = library.tuned_kernel(Matmul, b_layout="col", dtype=bfloat16)
+    assert library.tuned_kernel(Matmul, b_layout="col", dtype=bfloat16) is first
+    assert library.tuned_kernel(Matmul, b_layout="row", dtype=bfloat16) is not first
+    tunable = tunable_of(first)
+    assert tunable.fixed == {"b_layout": "col", "dtype": bfloat16} and tunable.pinned == {}
+    rms = tunable_of(library.tuned_kernel(RMSNorm, block_n=4096, dtype=float16))
+    assert rms.fixed == {"block_n": 4096, "dtype": float16}
+    assert [c["warps"] for c in rms.configs()] == [1, 2, 4, 8, 16, 32]
+
+
+def test_library_functions_take_tune():
+    import inspect
+
+    for fn in (matmul.matmul, attention.flash_attention, softmax.softmax, norms.layer_norm, norms.rms_norm):
+        parameter = inspect.signature(fn).parameters["tune"]
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None, fn
+
+
+def test_defaults_given_or_not_share_one_key():
+    """matmul(tune=True) passes b_layout and dtype; tune(Matmul(), ...) does not: one key for both."""
+    import torch
+
+    from tilus_tvm.tune import engine
+
+    a = torch.empty(512, 512, dtype=torch.float16, device="meta")
+    args = (512, 512, 512, a, a, a)
+    implicit = engine.tuning_key(tunable_of(tilus.tune.tunable(Matmul())), args, "sm_90")
+    explicit = engine.tuning_key(tunable_of(library.tuned_kernel(Matmul, b_layout="row", dtype=float16)),
+                                            args, "sm_90")
+    assert implicit.json == explicit.json
+    assert implicit.fields["init"] == {"b_layout": "row", "dtype": "float16", "min_blocks": 1}
+    column = engine.tuning_key(tunable_of(tilus.tune.tunable(Matmul, b_layout="col")), args, "sm_90")
+    assert column.json != implicit.json

@@ -49,11 +49,12 @@ def test_attention_and_row_spaces_hold_the_hand_choices():
               for c in tunable_of(tilus.tune.tunable(FlashAttention, head_dim=128)).configs()}
     assert set(names) == {"block_q", "warps", "block_kv", "stages", "out_chunk"}
     assert set(attention.FLASH_CONFIGS.values()) <= picked
-    for hidden, bits in ((4096, 16), (8192, 16), (5120, 32), (300, 16)):
-        block_n, warps = softmax.row_tile(hidden, bits)
-        assert warps in softmax.ROW_WARPS
+    for hidden, bits in ((4096, 16), (8192, 16), (5120, 32), (300, 16), (1024, 16)):
+        config = softmax.row_config(hidden, bits)
+        assert config.warps in softmax.ROW_WARPS
         for cls in (Softmax, RMSNorm, LayerNorm):
-            assert {"warps": warps} in tunable_of(tilus.tune.tunable(cls, block_n=block_n)).configs()
+            assert {"warps": config.warps, "rows_per_block": config.rows_per_block} in \
+                tunable_of(tilus.tune.tunable(cls, block_n=config.block_n)).configs()
     assert {"chunk": 4096, "warps": 8} in tunable_of(tilus.tune.tunable(OnlineSoftmax)).configs()
 
 
@@ -92,7 +93,8 @@ def test_tuned_kernel_is_one_tunable_per_class_and_arguments():
     assert tunable.fixed == {"b_layout": "col", "dtype": bfloat16} and tunable.pinned == {}
     rms = tunable_of(library.tuned_kernel(RMSNorm, block_n=4096, dtype=float16))
     assert rms.fixed == {"block_n": 4096, "dtype": float16}
-    assert [c["warps"] for c in rms.configs()] == [1, 2, 4, 8, 16, 32]
+    assert sorted({c["warps"] for c in rms.configs()}) == [1, 2, 4, 8, 16, 32]
+    assert sorted({c["rows_per_block"] for c in rms.configs()}) == [1, 2, 4, 8]
 
 
 def test_library_functions_take_tune():

@@ -17,8 +17,8 @@ x, weight, bias and y share one dtype: float16, bfloat16 or float32.
     y = rms_norm(x, weight, eps=1e-6)
     y = rms_norm(x, weight, tune=True)            # the tuned number of warps (docs/tuning.md)
 
-Both kernels carry an ``opt_in`` ``@autotune`` space over ``warps`` (``rows`` bucketed by powers of
-two), ``block_n`` fixed by the row length.
+Both kernels carry an ``opt_in`` ``@autotune`` space over ``warps`` and ``rows_per_block`` (``rows``
+bucketed by powers of two), ``block_n`` fixed by the row length.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import tilus_tvm as tilus
 from tilus_tvm import float32, int32, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
-from tilus_tvm.schedules.softmax import ROW_WARPS, RowConfig, _dtype_of, check_row_kernel, row_config
+from tilus_tvm.schedules.softmax import ROW_WARPS, ROWS_PER_BLOCK, RowConfig, _dtype_of, check_row_kernel, row_config
 from tilus_tvm.tune.library import tuned_kernel, use_tuned
 
 
@@ -40,6 +40,7 @@ def _row_kernel_config(name: str, block_n: int, warps: int, rows_per_block: int)
 
 
 @tilus.autotune("warps", ROW_WARPS, bucket={"rows": "pow2"}, opt_in=True)
+@tilus.autotune("rows_per_block", ROWS_PER_BLOCK)
 class LayerNorm(tilus.Script):
     """Layer normalisation of rows of ``hidden`` <= ``block_n`` values (see the module docstring);
     ``rows_per_block`` rows per block, each over ``32 * warps / rows_per_block`` threads.
@@ -81,6 +82,7 @@ class LayerNorm(tilus.Script):
 
 
 @tilus.autotune("warps", ROW_WARPS, bucket={"rows": "pow2"}, opt_in=True)
+@tilus.autotune("rows_per_block", ROWS_PER_BLOCK)
 class RMSNorm(tilus.Script):
     """RMS normalisation of rows of ``hidden`` <= ``block_n`` values (see the module docstring);
     ``rows_per_block`` rows per block, each over ``32 * warps / rows_per_block`` threads."""

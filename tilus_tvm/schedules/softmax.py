@@ -18,8 +18,8 @@ compile-time constant (a kernel per row length), which lets every access use 16-
     y = softmax(x)            # any shape, dim=-1 (or another dim: moved last, made contiguous)
     y = softmax(x, tune=True) # the tuned configuration (docs/tuning.md)
 
-Both kernels carry an ``opt_in`` ``@autotune`` space (``Softmax``: ``warps``, its ``block_n``
-fixed by the row length; ``OnlineSoftmax``: ``chunk`` and ``warps``; ``rows`` bucketed by powers
+Both kernels carry an ``opt_in`` ``@autotune`` space (``Softmax``: ``warps`` and ``rows_per_block``,
+its ``block_n`` fixed by the row length; ``OnlineSoftmax``: ``chunk`` and ``warps``; ``rows`` bucketed by powers
 of two) holding the hand-picked configurations.
 """
 from __future__ import annotations
@@ -39,6 +39,7 @@ NEG_INF = float("-inf")
 M_INIT = -1.0e30  # finite: a slot that saw only masked columns keeps exp2(-inf - M_INIT) = 0, never NaN
 ROW_DTYPES = (float16, bfloat16, float32)
 ROW_WARPS = [1, 2, 4, 8, 16, 32]  # the tuning space of the row kernels (block_n fixed by the row length)
+ROWS_PER_BLOCK = [1, 2, 4, 8]  # with warps: combinations leaving a row fewer than 32 threads are skipped
 
 VECTOR_BITS = 128  # one global access per 16 bytes
 TARGET_ROW_BYTES_PER_THREAD = 64  # threads per row grow (to 512) until a thread holds at most this
@@ -132,6 +133,7 @@ def fits_in_registers(n: int, dtype_bits: int) -> bool:
 
 
 @tilus.autotune("warps", ROW_WARPS, bucket={"rows": "pow2"}, opt_in=True)
+@tilus.autotune("rows_per_block", ROWS_PER_BLOCK)
 class Softmax(tilus.Script):
     """Softmax of rows of ``n`` <= ``block_n`` columns held in registers (see the module docstring);
     ``rows_per_block`` rows per block, each over ``32 * warps / rows_per_block`` threads."""

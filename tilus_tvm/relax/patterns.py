@@ -202,6 +202,12 @@ def rewrite_dequantize_matmul(context: DispatchContext, call: Any) -> Any:
         if _is_op(inner, "relax.permute_dims") and _dequantize_source(context, inner.args[0]) is not None:
             raise NotDispatched("the dequantized weight is transposed (permute_dims); QuantizedMatmul multiplies by "
                                 "the [K, N] weight that QuantizedLinear's dequantize produces")
+        weight, _ = _weight_of(context, b)
+        other = context.binding_of(weight)
+        callee = other.args[0].name_hint if _is_op(other, "relax.call_tir") else ""
+        if _is_op(other, "relax.dequantize") or "dequantize" in callee or "decode" in callee:
+            raise NotDispatched("the weight is dequantised, but not by QuantizedLinear's dequantize of a pack_weight "
+                                "layout (tilus_tvm.relax.quantized), the one form QuantizedMatmul reads")
         raise NotApplicable()
     source, func = found
     fmt, zero_points = format_of(func.attrs)

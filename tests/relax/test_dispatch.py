@@ -173,7 +173,7 @@ def test_the_dequantise_matmul_hook_recognises_a_dequantised_weight():
     dispatch = DispatchKernels("sm_90")
     dispatch(builder.get())
     assert [(d.pattern, d.dispatched) for d in dispatch.decisions] == [("dequantize_matmul", False), ("matmul", True)]
-    assert "no fused dequantise+matmul kernel yet" in dispatch.decisions[0].detail
+    assert "not by QuantizedLinear's dequantize" in dispatch.decisions[0].detail
 
 
 def test_without_a_cuda_target_nothing_is_dispatched(caplog):

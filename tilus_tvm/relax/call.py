@@ -74,12 +74,23 @@ def call(kernel: Any, *args: Any, out: Any = None, target: Any = None) -> Any:
 
 
 def kernel_call(kernel: Any, args: Sequence[Any], out: Any, arch: str,
-                add_function: Callable[[Any, str], Any]) -> Any:
-    """:func:`call` with the architecture and the way of adding a PrimFunc to the module given."""
+                add_function: Callable[[Any, str], Any], outputs: Sequence[str] = ()) -> Any:
+    """:func:`call` with the architecture and the way of adding a PrimFunc to the module given.
+
+    ``outputs``: names of the kernel parameters that are the outputs, for a kernel whose outputs are
+    not its last tensor parameters; ``args`` are then the other parameters, in order."""
     from tilus_tvm.pipeline import signature
 
     name = type(kernel).__name__
     specs = signature(type(kernel))
+    if outputs:
+        unknown = [o for o in outputs if o not in [s.name for s in specs]]
+        if unknown:
+            raise RelaxError(f"call({name}): outputs names {unknown}, which are not parameters of the kernel "
+                             f"({_describe(specs)})")
+        bound = [s for s in specs if s.name not in outputs] + [s for o in outputs for s in specs if s.name == o]
+    else:
+        bound = specs
     pointers = [s for s in specs if s.kind == "pointer"]
     if not pointers:
         raise RelaxError(f"call({name}): the kernel has no tensor parameter, so it has no output for R.call_tir "
@@ -90,7 +101,7 @@ def kernel_call(kernel: Any, args: Sequence[Any], out: Any, arch: str,
                          f"{len(args)} arguments and {len(out_types)} output{'s' * (len(out_types) != 1)} (out=). "
                          f"Its outputs are its last tensor parameters: pass the others as arguments and give one "
                          f"type per output in out=")
-    binding = _bind(name, specs, args, out_types)
+    binding = _bind(name, bound, args, out_types)
     prim_func, abi = lower_for_relax(kernel, specs, binding, arch)
     _check_outputs(name, abi, binding)
     _check_shapes(name, prim_func, abi, binding)

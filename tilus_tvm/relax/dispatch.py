@@ -87,11 +87,19 @@ class DispatchContext:
         """Bind ``expr`` to a new variable before the call being rewritten."""
         return self._mutator.builder_.emit(expr, name)
 
-    def kernel(self, kernel: Any, args: Sequence[Any], out: Any) -> Any:
-        """``R.call_tir`` of ``kernel`` (see :func:`tilus_tvm.relax.call.call`), its PrimFunc added to the module."""
+    def function(self, gvar: Any) -> Optional[Any]:
+        """The function ``gvar`` names in the module being rewritten, or None."""
+        if not isinstance(gvar, relax.GlobalVar):
+            return None
+        module = self._mutator.builder_.get()
+        return module[gvar] if gvar in module.get_global_vars() else None
+
+    def kernel(self, kernel: Any, args: Sequence[Any], out: Any, outputs: Sequence[str] = ()) -> Any:
+        """``R.call_tir`` of ``kernel`` (see :func:`tilus_tvm.relax.call.call`), its PrimFunc added to the module.
+        ``outputs`` names the output parameters when they are not the kernel's last ones."""
         from tilus_tvm.relax.call import block_builder_adder, kernel_call
 
-        expr = kernel_call(kernel, args, out, self.arch, block_builder_adder(self._mutator.builder_))
+        expr = kernel_call(kernel, args, out, self.arch, block_builder_adder(self._mutator.builder_), outputs)
         self.called.append(expr.args[0].name_hint)
         return expr
 
@@ -195,7 +203,7 @@ class DispatchKernels:
             if isinstance(func, relax.Function):
                 new_func = dispatcher.visit_expr(func)
                 dispatcher.builder_.update_func(gvar, relax.analysis.remove_all_unused(new_func))
-        return dispatcher.builder_.finalize()
+        return _drop_dead_dequantize(dispatcher.builder_.finalize())
 
     def _arch(self) -> Optional[str]:
         import tvm
@@ -214,3 +222,21 @@ class DispatchKernels:
         except CompileError as exc:
             logger.info("DispatchKernels: no usable CUDA target (%s); nothing dispatched", exc)
             return None
+
+
+def _drop_dead_dequantize(mod: Any) -> Any:
+    """Remove the dequantize PrimFuncs (:mod:`tilus_tvm.relax.quantized`) no Relax function calls any more:
+    their matmul went to a kernel that reads the packed weight itself."""
+    from tvm import tirx
+
+    from tilus_tvm.relax.quantized import DEQUANTIZE_ATTR
+
+    used = set()
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            used |= {gvar.name_hint for gvar in relax.analysis.all_global_vars(func)}
+    for gvar, func in list(mod.functions_items()):
+        if (isinstance(func, tirx.PrimFunc) and func.attrs is not None and DEQUANTIZE_ATTR in func.attrs
+                and gvar.name_hint not in used):
+            del mod[gvar]
+    return mod

@@ -6,6 +6,9 @@ once lowered), calls the kernel through ``context.kernel`` and reshapes the resu
 
     relax.matmul        x [..., K] @ w [K, N], or @ permute_dims(w [N, K])  ->  Matmul (b row/col-major)
                         float16/bfloat16, K and N static multiples of 8
+    relax.matmul        x [..., K] @ dequantize(storage, scales[, zeros]) (QuantizedLinear,
+                        tilus_tvm.relax.quantized)                       ->  QuantizedMatmul (+ R.sum of K splits)
+                        float16/bfloat16, integer weights, group 32/64/128 or per channel
     relax.nn.softmax    over the last axis, static length                    ->  Softmax / OnlineSoftmax
     relax.nn.layer_norm over the last axis, with gamma and beta              ->  LayerNorm
     relax.nn.rms_norm   over the last axis                                   ->  RMSNorm
@@ -162,24 +165,104 @@ def rewrite_matmul(context: DispatchContext, call: Any) -> Any:
     return _reshape(context, context.emit(y, "tilus_matmul"), out_shape, "tilus_out")
 
 
-def rewrite_dequantize_matmul(context: DispatchContext, call: Any) -> Any:
-    """Hook for weight-only quantised linears: ``matmul(x, permute_dims(dequantize(q, scale...)))``.
+def _dequantize_source(context: DispatchContext, weight: Any) -> Optional[tuple[Any, Any]]:
+    """``(call_tir, PrimFunc)`` when ``weight`` is bound to a call of a dequantize PrimFunc
+    (:mod:`tilus_tvm.relax.quantized`), else None."""
+    from tilus_tvm.relax.quantized import DEQUANTIZE_ATTR
 
-    It recognises the weight as the output of ``relax.dequantize`` or of a PrimFunc whose name says
-    ``dequantize``/``decode``. No tilus kernel fuses the dequantisation into the matmul yet, so it
-    reports that and the plain ``matmul`` pattern takes the call (the weight dequantised by TVM).
-    When the kernel exists: check its constraints here, return
-    ``context.kernel(QuantizedMatmul(...), [rows, n, k, x2, q, scale], out=...)``, and keep this
-    entry before ``matmul`` in :data:`PATTERNS`."""
-    weight, _ = _weight_of(context, call.args[1])
     source = context.binding_of(weight)
-    callee = ""
-    if _is_op(source, "relax.call_tir"):
-        callee = source.args[0].name_hint
-    if not (_is_op(source, "relax.dequantize") or "dequantize" in callee or "decode" in callee):
+    if not _is_op(source, "relax.call_tir"):
+        return None
+    func = context.function(source.args[0])
+    if func is None or func.attrs is None or DEQUANTIZE_ATTR not in func.attrs:
+        return None
+    return source, func
+
+
+def rewrite_dequantize_matmul(context: DispatchContext, call: Any) -> Any:
+    """``R.matmul(x, dequantize(storage, scales[, zeros]))`` -> ``QuantizedMatmul`` on the packed weight.
+
+    The dequantize call is the one :class:`tilus_tvm.relax.quantized.QuantizedLinear` emits (a PrimFunc
+    marked ``tilus.dequantize`` with the weight format); ``storage`` is already in ``pack_weight``'s
+    layout, so the kernel reads it as is. Small batches split K (``choose_config``) and add the
+    float32 partial sums with ``R.sum``. Constraints: float16/bfloat16 activations with scales (and
+    zeros) of the same dtype, a weight type and group size the kernel takes (``check_weight_dtype``,
+    ``check_group``), x's last dimension static and equal to K."""
+    import numpy as np
+
+    from tilus_tvm.errors import ScriptError
+    from tilus_tvm.relax.quantized import format_of
+    from tilus_tvm.schedules.quantized_matmul import choose_config, kernel_for
+    from tilus_tvm.schedules.quantized_weight import check_group, check_weight_dtype
+
+    a, b = call.args
+    found = _dequantize_source(context, b)
+    if found is None:
+        inner = context.binding_of(b)
+        if _is_op(inner, "relax.permute_dims") and _dequantize_source(context, inner.args[0]) is not None:
+            raise NotDispatched("the dequantized weight is transposed (permute_dims); QuantizedMatmul multiplies by "
+                                "the [K, N] weight that QuantizedLinear's dequantize produces")
+        weight, _ = _weight_of(context, b)
+        other = context.binding_of(weight)
+        callee = other.args[0].name_hint if _is_op(other, "relax.call_tir") else ""
+        if _is_op(other, "relax.dequantize") or "dequantize" in callee or "decode" in callee:
+            raise NotDispatched("the weight is dequantised, but not by QuantizedLinear's dequantize of a pack_weight "
+                                "layout (tilus_tvm.relax.quantized), the one form QuantizedMatmul reads")
         raise NotApplicable()
-    raise NotDispatched("the weight is dequantised; no fused dequantise+matmul kernel yet (hook: "
-                        "tilus_tvm.relax.patterns.rewrite_dequantize_matmul)")
+    source, func = found
+    fmt, zero_points = format_of(func.attrs)
+    a_ty = _tensor(a, "x")
+    dtype = _dtype(a_ty)
+    if dtype not in HALF_DTYPES:
+        raise NotDispatched(f"x is {dtype}: QuantizedMatmul takes float16 or bfloat16 activations")
+    out_dtype = call.attrs.out_dtype
+    if out_dtype is not None and str(out_dtype) not in ("", "void", dtype):
+        raise NotDispatched(f"out_dtype {out_dtype}: QuantizedMatmul writes the activations' dtype {dtype}")
+    operands = list(source.args[1].fields)
+    storage, scales = operands[0], operands[1]
+    zeros = operands[2] if zero_points else None
+    for name, tensor in (("scales", scales), ("zeros", zeros), ("the dequantized weight", b)):
+        if tensor is not None and _dtype(_tensor(tensor, name)) != dtype:
+            raise NotDispatched(f"{name} is {_dtype(tensor.ty)} and x {dtype}; QuantizedMatmul takes them in one dtype")
+    try:
+        check_weight_dtype(fmt.dtype)
+        check_group(fmt.k, fmt.group_size)
+    except ScriptError as exc:
+        raise NotDispatched(f"{fmt.describe()}: {exc}") from None
+    storage_dims = [_static(d) for d in _dims(_tensor(storage, "weight storage"))]
+    if tuple(storage_dims) != fmt.storage_shape or _dtype(storage.ty) != "int32":
+        raise NotDispatched(f"the weight storage is {_dtype(storage.ty)} {storage_dims}, not the int32 "
+                            f"{list(fmt.storage_shape)} of pack_weight for {fmt.describe()}")
+    if a_ty.ndim < 2 or _static(_dims(a_ty)[-1]) != fmt.k:
+        raise NotDispatched(f"x has shape {_shape(_dims(a_ty))}; QuantizedMatmul takes [..., K={fmt.k}] with K static")
+    rows = _rows(_dims(a_ty)[:-1])
+    config = choose_config(_static(rows) or LARGE_M, fmt)
+    kernel = kernel_for(fmt, dtype, zero_points, config)
+    # the kernel's tensors are flat buffers (strided views): every operand goes in as 1-D (views, no copies)
+    def flat(expr: Any, name: str) -> Any:
+        return _reshape(context, expr, [_rows(_dims(expr.ty))], f"tilus_{name}_flat")
+
+    n = tirx.IntImm("int64", fmt.n)
+    count = _rows([rows, n])
+    operands = [rows, flat(a, "x"), flat(storage, "weight"), flat(scales, "scales"),
+                flat(zeros if zeros is not None else scales, "zeros")]
+    if config.split_k == 1:
+        unused = relax.const(np.zeros([1], "float32"))  # the split-K workspace, not read without a split
+        y = context.emit(context.kernel(kernel, operands + [unused], out=_output([count], dtype), outputs=("out_ptr",)),
+                         "tilus_quantized_matmul")
+    else:
+        splits = tirx.IntImm("int64", config.split_k)
+        unused = relax.const(np.zeros([1], "float32"))  # out, which the kernel does not touch when K is split
+        partial = context.emit(context.kernel(kernel, operands + [unused], out=_output([_rows([splits, count])],
+                                                                                         "float32"),
+                                              outputs=("ws_ptr",)), "tilus_partial_sums")
+        partial = _reshape(context, partial, [splits, count], "tilus_partials")
+        # the sum of the splits on TVM's path: SplitKSum's one-tensor call would be taken for a reshape by
+        # relax's RewriteDataflowReshape, which cannot read a tilus PrimFunc
+        total = context.emit(relax.op.sum(partial, axis=[0]), "tilus_split_sum")
+        y = context.emit(relax.op.astype(total, dtype), "tilus_quantized_matmul")
+    out_shape = _dims(a_ty)[:-1] + [n]
+    return _reshape(context, y, out_shape, "tilus_out")
 
 
 # --- row kernels ----------------------------------------------------------------------------------
@@ -297,7 +380,7 @@ def rewrite_attention(context: DispatchContext, call: Any) -> Any:
 
 
 PATTERNS: tuple[Pattern, ...] = (
-    Pattern("dequantize_matmul", "relax.matmul", "tilus_tvm.schedules.matmul", rewrite_dequantize_matmul),
+    Pattern("dequantize_matmul", "relax.matmul", "tilus_tvm.schedules.quantized_matmul", rewrite_dequantize_matmul),
     Pattern("matmul", "relax.matmul", "tilus_tvm.schedules.matmul", rewrite_matmul),
     Pattern("softmax", "relax.nn.softmax", "tilus_tvm.schedules.softmax", rewrite_softmax),
     Pattern("layer_norm", "relax.nn.layer_norm", "tilus_tvm.schedules.norms", rewrite_layer_norm),

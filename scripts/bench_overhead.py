@@ -81,21 +81,10 @@ def import_ms(module: str, rounds: int = 2) -> float | None:
     return best * 1e3
 
 
-def launch_us(fn, count: int = 20000, rounds: int = 3) -> float:
-    import torch
+def launch_us(fn) -> float:
+    from tilus_tvm.utils.benchmark import launch_overhead_us
 
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    best = None
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(count):
-            fn()
-        torch.cuda.synchronize()
-        seconds = (time.perf_counter() - start) / count
-        best = seconds if best is None else min(best, seconds)
-    return best * 1e6
+    return launch_overhead_us(fn)
 
 
 def warm_start(which: str, cache: str) -> dict | None:

@@ -247,21 +247,10 @@ def warm_child(text: str) -> None:
 
 # ---- launch overhead --------------------------------------------------------------------------------
 
-def launch_us(fn, count: int = 5000, rounds: int = 3) -> float:
-    import torch
+def launch_us(fn) -> float:
+    from tilus_tvm.utils.benchmark import launch_overhead_us
 
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    best = None
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(count):
-            fn()
-        torch.cuda.synchronize()
-        seconds = (time.perf_counter() - start) / count
-        best = seconds if best is None else min(best, seconds)
-    return best * 1e6
+    return launch_overhead_us(fn, count=5000, warmup=100)
 
 
 def part_launch(run: Run) -> None:

@@ -4,6 +4,7 @@ import torch
 
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.utils import benchmark_func
+from tilus_tvm.utils.benchmark import launch_overhead_us
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -36,3 +37,18 @@ def test_times_gpu_work_in_milliseconds():
     times = benchmark_func(lambda: x @ x, warmup=1, repeat=5, median=False, clear_l2_cache=False)
     assert len(times) == 5 and all(t > 0 for t in times)
     assert sorted(times)[2] > small  # a 4096^3 product takes longer than adding to 16M floats once
+
+
+def test_launch_overhead_checks_its_arguments():
+    with pytest.raises(ScriptError, match="launch_overhead_us: run_func must be callable"):
+        launch_overhead_us(42)
+    with pytest.raises(ScriptError, match="count"):
+        launch_overhead_us(lambda: None, count=0)
+
+
+@pytest.mark.gpu
+def test_launch_overhead_is_microseconds_per_call():
+    x = torch.zeros(16, device="cuda")
+    calls = []
+    us = launch_overhead_us(lambda: calls.append(x.add_(1)), count=500, rounds=2, warmup=10)
+    assert len(calls) == 1010 and 0 < us < 1000

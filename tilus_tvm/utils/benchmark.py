@@ -65,3 +65,30 @@ def benchmark_func(run_func: Callable[[], Any], warmup: int = 5, repeat: int = 2
     torch.cuda.synchronize()
     times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
     return statistics.median(times) if median else times
+
+
+def launch_overhead_us(run_func: Callable[[], Any], count: int = 20000, rounds: int = 3, warmup: int = 200) -> float:
+    """Host microseconds per call of ``run_func`` when called back to back ``count`` times (the best
+    of ``rounds``, each ending with a device synchronisation): for tiny kernels, the launch cost.
+
+    >>> us = launch_overhead_us(lambda: kernel(n, x, y))   # doctest: +SKIP
+    """
+    import time
+
+    import torch
+
+    if not callable(run_func):
+        raise ScriptError(f"launch_overhead_us: run_func must be callable, got {run_func!r}")
+    count, rounds = _count(count, "count", 1), _count(rounds, "rounds", 1)
+    for _ in range(_count(warmup, "warmup", 0)):
+        run_func()
+    torch.cuda.synchronize()
+    best = None
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(count):
+            run_func()
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / count
+        best = seconds if best is None else min(best, seconds)
+    return best * 1e6

@@ -40,7 +40,7 @@ def test_int8_gemm(m, n, k):
     b = torch.randint(-128, 128, (k, n), dtype=torch.int8, device="cuda")
     c = poisoned(m, n, dtype=torch.int32)
     P.Int8Gemm()(m, n, k, a, b, c)
-    assert torch.equal(c, (a.long() @ b.long()).int())
+    assert torch.equal(c, (a.cpu().long() @ b.cpu().long()).int().cuda())  # exact; CUDA has no int64 matmul
 
 
 @pytest.mark.parametrize("n_q, n_kv", [(100, 96), (64, 256), (1, 32)])

@@ -1,7 +1,8 @@
 """Tile IR -> TVM TIR ``PrimFunc`` (non-block ``tirx`` form).
 
 One kernel is one PrimFunc: pointer parameters are flat buffers (any tensor's storage), run-time
-scalars are scalar parameters, ``blockIdx``/``threadIdx`` are bound with ``thread_extent``
+scalars are scalar parameters (16-bit floats as float32: TVM's CUDA launcher cannot pass a
+``float16``/``bfloat16`` kernel argument, so the kernel narrows them on entry), ``blockIdx``/``threadIdx`` are bound with ``thread_extent``
 attributes. Register tensors become per-thread ``local`` arrays declared at the top of the
 kernel; shared tensors are typed views of one ``shared.dyn`` pool. Statements map one to one;
 instructions go to the emitter registered for their type and the kernel's target
@@ -17,7 +18,8 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
-from tilus_tvm.backend import interleave
+from tilus_tvm.backend import cuda_source, interleave
+from tilus_tvm.backend.strided import flatten_strided_views
 from tilus_tvm.backend.context import CodegenContext
 from tilus_tvm.ir.scalar import c_identifier, expr_dtype
 from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, BreakStmt, ContinueStmt, DeclareScalar, ForStmt, Function,
@@ -26,6 +28,10 @@ from tilus_tvm.ir.tensor import RegisterTensor
 from tilus_tvm.passes.shared_memory import SharedMemoryPlan
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+
+
+NARROW_FLOATS = ("float16", "bfloat16")
+cuda_source.install()  # string literals as UTF-8 bytes for NVRTC (backend/cuda_source.py)
 
 
 def block_iter_vars() -> tuple[tirx.IterVar, ...]:
@@ -146,8 +152,13 @@ def generate(func: Function, plan: SharedMemoryPlan, params: Optional[list[Param
     with IRBuilder() as ib:
         with Tb.prim_func():
             Tb.func_name(func.name)
+            narrow = []  # 16-bit float scalars: passed as float32 (module docstring), narrowed in the kernel
             for param in params:
-                if param.kind == "scalar":
+                if param.kind == "scalar" and str(param.var.ty) in NARROW_FLOATS:
+                    wide = tirx.Var(param.var.name, "float32")
+                    Tb.arg(c_identifier(param.name), wide)
+                    narrow.append((param.var, wide))
+                elif param.kind == "scalar":
                     Tb.arg(c_identifier(param.name), param.var)
                 elif param.kind == "pointer":
                     Tb.arg(c_identifier(param.name), param.buffer)
@@ -167,6 +178,8 @@ def generate(func: Function, plan: SharedMemoryPlan, params: Optional[list[Param
                                       func.min_blocks_per_sm))
             for frame in frames:
                 frame.__enter__()
+            for var, wide in narrow:
+                Tb.bind(tirx.Cast(str(var.ty), wide), var=var)
             if plan.size:
                 ctx.pool = Tb.alloc_buffer((plan.size,), "uint8", scope="shared.dyn")
                 IRBuilder.name("smem", ctx.pool)
@@ -175,4 +188,5 @@ def generate(func: Function, plan: SharedMemoryPlan, params: Optional[list[Param
             _emit_seq(ctx, func.body)
             for frame in reversed(frames):
                 frame.__exit__(None, None, None)
-    return ib.get()
+    func = ib.get()
+    return flatten_strided_views(func) if ctx.strided_views else func

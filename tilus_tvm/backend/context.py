@@ -10,6 +10,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
+from tilus_tvm.backend.strided import compact
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import CompileError
 from tilus_tvm.ir.scalar import expr_dtype
@@ -66,6 +67,7 @@ class CodegenContext:
         self.registers: dict[int, tirx.Buffer] = {}
         self.views: dict[int, tirx.Buffer] = {}
         self.flat_views: dict[str, tirx.Buffer] = {}  # pointer name -> 1-D alias (vector accesses)
+        self.strided_views = False  # a global view with non-row-major strides was declared
 
     def flat_view(self, param) -> tirx.Buffer:
         """A 1-D buffer over a pointer parameter's memory, for accesses at a linear element offset."""
@@ -94,6 +96,8 @@ class CodegenContext:
             self.views[id(tensor)] = tensor.pointer.buffer
             return
         flat = tensor.pointer.buffer
+        if not compact(tensor.shape, tensor.strides):
+            self.strided_views = True  # TVM's LowerTIRx drops the strides: see backend/strided.py
         buffer = Tb.decl_buffer(list(tensor.shape), tensor.dtype.name, data=flat.data, strides=list(tensor.strides))
         IRBuilder.name(tensor.name, buffer)
         self.views[id(tensor)] = buffer

@@ -149,6 +149,11 @@ def test_split_k_writes_partials_and_sums_them():
                                                                                          dtype=torch.float32),
                                       target="sm_90"))
     assert "attrs.blocks = [(m_size + 8 - 1) // 8, 224, 2]" in program and "pointer=ws_ptr" in program
+    # a split's weight view ends with the split but steps through the whole weight: the storage's strides
+    shape = fmt.storage_shape
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    assert fmt.storage_strides == strides
+    assert f"int32[{shape[0]}, end, {shape[2]}, 32, {shape[4]}] strides={strides} pointer=w_ptr" in program
     total = SplitKSum(2, dtypes.float16).compile(28672, torch.zeros(2, 28672), torch.zeros(28672, dtype=torch.float16),
                                                  target="sm_90")
     assert "split_k_sum" in total.cuda_source

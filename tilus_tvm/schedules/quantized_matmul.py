@@ -127,7 +127,8 @@ class QuantizedMatmul(tilus.Script):
         words, a_layout, x_layout, b_layout, c_layout = kernel_layouts(fmt, warps, self.units_per_warp, bm, dtype)
         # views that end with the split: the loads ahead of its last step are masked, not wasted
         shape = list(fmt.storage_shape)
-        gw = self.global_view(w_ptr, dtype=int32, shape=[shape[0], end] + shape[2:])
+        # the view ends with the split, but steps through the whole weight: the storage's strides
+        gw = self.global_view(w_ptr, dtype=int32, shape=[shape[0], end] + shape[2:], strides=fmt.storage_strides)
         ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, end * kt], strides=[fmt.k, 1])
         gs = self.global_view(s_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])  # s^T
         gz = self.global_view(z_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])

@@ -120,6 +120,12 @@ class WeightFormat:
         return (self.granules, self.k // self.kt, self.chunks, LANES, self.vector_bytes // 4)
 
     @property
+    def storage_strides(self) -> list[int]:
+        """The row-major strides of ``storage_shape``, in int32 words."""
+        shape = self.storage_shape
+        return [math.prod(shape[d + 1:]) for d in range(len(shape))]
+
+    @property
     def per_channel(self) -> bool:
         return self.group_size == self.k
 

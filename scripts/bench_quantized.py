@@ -3,6 +3,7 @@
     python scripts/bench_quantized.py                 # the table (a few minutes on an H100)
     python scripts/bench_quantized.py --quick         # 1x8192x28672 and 16x8192x28672 only
     python scripts/bench_quantized.py --configs       # sweep configurations at 1x and 128x8192x28672 (u4 g128)
+    python scripts/bench_quantized.py --configs 128   # ... at 128x8192x28672 only
 
 One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 weights, then per weight
 type (group 128 scales, float16 activations): our time, the *bandwidth floor* (bytes the kernel must
@@ -204,7 +205,8 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the two 8192x28672 decode shapes only")
-    parser.add_argument("--configs", action="store_true", help="sweep configurations at 1x8192x28672")
+    parser.add_argument("--configs", nargs="?", const="1,128", default=None,
+                        help="sweep configurations at Mx8192x28672 for these comma-separated M (default 1,128)")
     parser.add_argument("--types", default=",".join(TYPES), help="comma-separated weight types")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -213,8 +215,8 @@ def main():
     print(f"# {props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}; copy bandwidth "
           f"{bandwidth / 1e6:.2f} TB/s; Triton W4A16 packages importable: {triton_packages()}")
     if args.configs:
-        sweep(bandwidth)
-        sweep(bandwidth, m=128)
+        for m in args.configs.split(","):
+            sweep(bandwidth, m=int(m))
         return
     run_table(QUICK if args.quick else DECODE + PREFILL, args.types.split(","), bandwidth)
 

@@ -140,26 +140,34 @@ def decode_sweep(configs, lengths):
         expected = sdpa(q, k, v).float()
         t_sdpa = gbs(try_time(sdpa, q, k, v))
         sdpa_row.append(column(t_sdpa) + " " * 9)
+        print(f"  {str(length):>6} {'sdpa':>14}: {column(t_sdpa).strip()}", flush=True)
         for config in configs:
-            try:
-                error = (decode_attention(q, k, v, lens, config=config).float() - expected).abs().max().item()
-            except Exception as exc:  # noqa: BLE001 - one bad configuration must not end the sweep
-                rows[config].append(f"{type(exc).__name__:>18}")
-                print(f"  {config}: {exc}".splitlines()[0], file=sys.stderr)
-                continue
-            if not error <= 2e-2:
-                rows[config].append(f"{'wrong ' + format(error, '.0e'):>18}")
-                continue
-            ours = gbs(try_time(decode_attention, q, k, v, lens, config=config))
-            ratio = f"({ours / t_sdpa:.2f}x)" if ours and t_sdpa else ""
-            rows[config].append(f"{column(ours)}{ratio:>9}")
+            rows[config].append(decode_cell(config, q, k, v, lens, expected, gbs, t_sdpa))
+            print(f"  {str(length):>6} {config_name(config):>14}: {rows[config][-1].strip()}", flush=True)
         del q, k, v, expected
     print(f"{'config':>18}" + "".join(f"{str(length):>18}" for length in lengths))
     print(f"{'sdpa':>18}" + "".join(sdpa_row))
     for config, cells in rows.items():
-        name = ",".join(str(getattr(config, f)) for f in ("block_kv", "warps", "lanes", "stages", "splits",
-                                                            "min_blocks"))
-        print(f"{name:>18}" + "".join(cells))
+        print(f"{config_name(config):>18}" + "".join(cells))
+
+
+def decode_cell(config, q, k, v, lens, expected, gbs, t_sdpa):
+    """One sweep cell: GB/s and the ratio to SDPA, or why there is none (an error, a wrong result)."""
+    try:
+        error = (decode_attention(q, k, v, lens, config=config).float() - expected).abs().max().item()
+    except Exception as exc:  # noqa: BLE001 - one bad configuration must not end the sweep
+        print(f"  {config_name(config)}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        return f"{type(exc).__name__:>18}"
+    if not error <= 2e-2:
+        return f"{'wrong ' + format(error, '.0e'):>18}"
+    ours = gbs(try_time(decode_attention, q, k, v, lens, config=config))
+    ratio = f"({ours / t_sdpa:.2f}x)" if ours and t_sdpa else ""
+    return f"{column(ours)}{ratio:>9}"
+
+
+def config_name(config):
+    """``block_kv,warps,lanes,stages,splits,min_blocks``: what --decode-configs takes."""
+    return ",".join(str(getattr(config, f)) for f in ("block_kv", "warps", "lanes", "stages", "splits", "min_blocks"))
 
 
 def main():

@@ -87,6 +87,7 @@ def test_decode_split_len():
         split = decode_split_len(capacity, bh)
         assert split % 32 == 0 and math.ceil(capacity / split) <= 32
     assert decode_split_len(8192, 1024) == 8192  # 1024 blocks fill 132 SMs: one split
+    assert decode_split_len(32768, 1024) == 8192  # at most MAX_SPLIT_LEN keys a block
     assert decode_split_len(8192, 1024, splits=4) == 2048  # a config asking for more
     assert decode_split_len(8192, 8) == 256  # few heads: up to 32 splits, 4 blocks per SM
 

@@ -43,6 +43,7 @@ from tilus_tvm.schedules.attention import HEAD_DIMS, LOG2E, M_INIT, NEG_INF, che
 
 VECTOR = 8  # elements of a 16-byte access of 16-bit elements
 MAX_SPLITS = 32
+MAX_SPLIT_LEN = 8192
 
 
 @dataclass(frozen=True)
@@ -273,9 +274,10 @@ _KERNELS: dict = {}
 
 def decode_split_len(capacity: int, batch_heads: int, block_kv: int = 32, sms: int = 132, splits: int = 0) -> int:
     """Keys per split: enough splits for about four blocks per SM, at least ``splits`` (a
-    :class:`DecodeConfig`'s), at most MAX_SPLITS, at least ``4 * block_kv`` keys each, a multiple of
-    ``block_kv``."""
-    wanted = max(1, splits, min(MAX_SPLITS, math.ceil(4 * sms / batch_heads)))
+    :class:`DecodeConfig`'s), at most MAX_SPLIT_LEN keys each (so the longest sequences of a batch of
+    mixed lengths spread over several blocks instead of finishing alone), at most MAX_SPLITS splits,
+    at least ``4 * block_kv`` keys each, a multiple of ``block_kv``."""
+    wanted = max(1, splits, min(MAX_SPLITS, math.ceil(4 * sms / batch_heads)), math.ceil(capacity / MAX_SPLIT_LEN))
     split = max(4 * block_kv, math.ceil(capacity / wanted))
     split = max(split, math.ceil(capacity / MAX_SPLITS))
     return math.ceil(split / block_kv) * block_kv

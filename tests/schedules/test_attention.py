@@ -40,7 +40,7 @@ def test_flash_attention_compiles_to_mma_and_cp_async(head_dim, causal, dtype):
 
 DECODE_VARIANTS = [  # (head_dim, config): the table's choices, the register pipeline, larger blocks
     (128, DECODE_CONFIGS[128]), (64, DECODE_CONFIGS[64]), (128, DecodeConfig(32, 4, 8, 0)),
-    (128, DecodeConfig(32, 8, 8, 0)), (128, DecodeConfig(16, 4, 8, 4)),
+    (128, DecodeConfig(32, 8, 8, 0)), (128, DecodeConfig(16, 4, 8, 4)), (128, DecodeConfig(16, 4, 8, 0, min_blocks=6)),
 ]
 
 
@@ -55,7 +55,8 @@ def test_decode_kernel_pipelines_the_cache_beyond_int32(head_dim, config):
     lens = torch.empty(32, dtype=torch.int32)
     part, lse = torch.empty(bh, splits, head_dim), torch.empty(bh, splits, 1)
     args = (bh, 32, capacity, splits, 0.1, q, k, k, lens, part, lse, q)
-    kernel = DecodeAttention(head_dim, config.block_kv, config.warps, capacity, float16, config.lanes, config.stages)
+    kernel = DecodeAttention(head_dim, config.block_kv, config.warps, capacity, float16, config.lanes, config.stages,
+                             config.min_blocks)
     program = str(kernel.tile_program(*args, target="sm_90"))
     assert "convert_layout" not in program and "load_global_scalar" in program
     assert program.count("global_subview(") == 2
@@ -65,6 +66,8 @@ def test_decode_kernel_pipelines_the_cache_beyond_int32(head_dim, config):
                      "seq_lens_ptr": None, "o_part_ptr": None, "lse_ptr": None, "out_ptr": None}
     bound = arguments.bind(compiled.specs, args, "DecodeAttention", require_cuda=False)
     arguments.check_index_range("DecodeAttention", compiled.specs, compiled.abi.params, bound)
+    if config.min_blocks:
+        assert f"__launch_bounds__({config.warps * 32}, {config.min_blocks})" in compiled.cuda_source
     ptx = compiled.ptx
     assert "mul.lo.s64" in ptx  # int64(bh) * capacity: the head's base
     layouts = DecodeLayouts.make(config.block_kv, head_dim, config.warps, config.lanes)

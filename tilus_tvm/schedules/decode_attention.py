@@ -79,9 +79,10 @@ class DecodeConfig:
         return DecodeConfig(**dict(zip(names, values)))
 
 
-# The configuration per head_dim (see DecodeConfig), chosen from the compiled code (sm_90: 78-80
-# registers, no spills, 50 KB / 33 KB of shared memory, so four blocks an SM with two or three tiles
-# each in flight); ``scripts/bench_attention.py --decode-configs`` times others against SDPA on the GPU.
+# The configuration per head_dim (see DecodeConfig), chosen from the compiled code, not yet from GPU
+# timings: for sm_90, head_dim 128 takes 78-80 registers and 50 KB of shared memory (four blocks an SM,
+# two 16 KB tiles each in flight), head_dim 64 takes 64 registers and 33 KB (six blocks, three 8 KB
+# tiles), no spills. ``scripts/bench_attention.py --decode-configs`` times others against SDPA.
 DECODE_CONFIGS = {
     64: DecodeConfig(block_kv=32, warps=4, lanes=4, stages=4),
     128: DecodeConfig(block_kv=32, warps=4, lanes=8, stages=3),

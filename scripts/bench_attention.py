@@ -3,18 +3,25 @@
 
     python scripts/bench_attention.py        # about two minutes on an H100
     python scripts/bench_attention.py --configs "64,64,4,2,32 128,64,8,2,32 64,32,4,3,32"   # prefill only
+    python scripts/bench_attention.py --decode-configs "32,4,8,0 32,4,8,3 16,4,8,4 64,8,8,2"   # decode only
 
 ``--configs``: FlashAttention configurations (block_q, block_kv, warps, stages, out_chunk and, optionally,
 q_in_registers as 0/1) to time in place of the library's choice, one prefill table each (for tuning
 FLASH_CONFIGS); ``--seqs`` limits the prefill lengths.
 
+``--decode-configs``: DecodeAttention configurations (block_kv, warps, lanes, stages, and optionally
+splits and min_blocks: ``DecodeConfig``), one row each with GB/s and the ratio to SDPA at every KV
+length (for tuning DECODE_CONFIGS); ``--decode-lengths`` limits the lengths (e.g. ``1024,8192,mixed``).
+
 Prefill: batch 4, 32 heads, head_dim 128, float16, seq 1K/4K/16K, causal and not, in TFLOP/s
 (4 * b * h * sq * sk * d, halved when causal). Decode: batch 32, 32 heads, one query token, KV
-lengths 1K..32K (all equal), and a batch of mixed lengths in [1K, 32K] (SDPA with a padding mask),
-in GB/s of KV cache read. A backend that is unavailable is shown as "-". Every result is checked
-against SDPA before timing. Goals: prefill >= 0.8x SDPA flash; decode >= 0.9x SDPA.
+lengths 1K..32K (all equal; from 16K on the cache holds 2**31 elements or more: 64-bit addressing),
+and a batch of mixed lengths in [1K, 32K] (SDPA with a padding mask), in GB/s of KV cache read. A
+backend that is unavailable is shown as "-". Every result is checked against SDPA before timing.
+Goals: prefill >= 0.8x SDPA flash; decode >= 0.9x SDPA.
 """
 import argparse
+import importlib
 import pathlib
 import sys
 
@@ -23,6 +30,9 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tilus_tvm.schedules import attention, decode_attention, flash_attention  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
+
+# the module (tilus_tvm.schedules.decode_attention is the function): its DecodeConfig and DECODE_CONFIGS
+decode_attention_module = importlib.import_module("tilus_tvm.schedules.decode_attention")
 
 BATCH, HEADS, HEAD_DIM, DTYPE = 4, 32, 128, torch.float16
 PREFILL_SEQS = [1024, 4096, 16384]
@@ -78,28 +88,30 @@ def prefill(label=""):
         del q, k, v
 
 
-def decode():
+def decode_case(length):
+    """(q, k, v, lens, mask, nbytes) of one decode length (an int, or "mixed"): a fresh cache."""
+    capacity = DECODE_LENGTHS[-1] if length == "mixed" else length
+    q = torch.randn(DECODE_BATCH, HEADS, 1, HEAD_DIM, dtype=DTYPE, device="cuda")
+    k = torch.randn(DECODE_BATCH, HEADS, capacity, HEAD_DIM, dtype=DTYPE, device="cuda")
+    v = torch.randn_like(k)
+    if length == "mixed":
+        gen = torch.Generator().manual_seed(0)
+        lens = torch.randint(1024, capacity + 1, (DECODE_BATCH,), generator=gen).to(torch.int32).cuda()
+        mask = (torch.arange(capacity, device="cuda")[None, :] < lens[:, None])[:, None, None, :]
+    else:
+        lens = torch.full((DECODE_BATCH,), length, dtype=torch.int32, device="cuda")
+        mask = None
+    nbytes = 2 * HEADS * HEAD_DIM * k.element_size() * int(lens.sum())
+    return q, k, v, lens, mask, nbytes
+
+
+def decode(lengths):
     flash, cudnn = sdpa_backend("FLASH_ATTENTION"), sdpa_backend("CUDNN_ATTENTION")
-    print(f"\n# decode: batch {DECODE_BATCH}, heads {HEADS}, head_dim {HEAD_DIM}, {DTYPE} (GB/s of KV cache read)")
+    print(f"\n# decode: batch {DECODE_BATCH}, heads {HEADS}, head_dim {HEAD_DIM}, {DTYPE} (GB/s of KV cache read), "
+          f"{decode_attention_module.DECODE_CONFIGS[HEAD_DIM]}")
     print(f"{'kv len':>8}{'ours':>9}{'sdpa':>9}{'flash':>9}{'cudnn':>9}{'vs sdpa':>10}{'max err':>10}")
-    for length in DECODE_LENGTHS + ("mixed",):
-        capacity = DECODE_LENGTHS[-1] if length == "mixed" else length
-        if DECODE_BATCH * HEADS * capacity * HEAD_DIM > 2**31 - 1:
-            # kernels index with int32: a cache of 2**31 elements or more is refused (a known limit)
-            print(f"{length:>8}   skipped: the KV cache has {DECODE_BATCH * HEADS * capacity * HEAD_DIM} elements, "
-                  f"beyond int32 indexing")
-            continue
-        q = torch.randn(DECODE_BATCH, HEADS, 1, HEAD_DIM, dtype=DTYPE, device="cuda")
-        k = torch.randn(DECODE_BATCH, HEADS, capacity, HEAD_DIM, dtype=DTYPE, device="cuda")
-        v = torch.randn_like(k)
-        if length == "mixed":
-            gen = torch.Generator().manual_seed(0)
-            lens = torch.randint(1024, capacity + 1, (DECODE_BATCH,), generator=gen).to(torch.int32).cuda()
-            mask = (torch.arange(capacity, device="cuda")[None, :] < lens[:, None])[:, None, None, :]
-        else:
-            lens = torch.full((DECODE_BATCH,), length, dtype=torch.int32, device="cuda")
-            mask = None
-        nbytes = 2 * HEADS * HEAD_DIM * k.element_size() * int(lens.sum())
+    for length in lengths:
+        q, k, v, lens, mask, nbytes = decode_case(length)
         gbs = lambda ms: None if ms is None else nbytes / ms / 1e6  # noqa: E731
         sdpa = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
         expected = sdpa(q, k, v)
@@ -111,7 +123,51 @@ def decode():
         ratio = ours / t_sdpa if ours and t_sdpa else None
         print(f"{str(length):>8}{column(ours)}{column(t_sdpa)}{column(t_flash)}{column(t_cudnn)}"
               f"{column(ratio, '{:9.2f}x')}{error:10.1e}")
-        del q, k, v
+        del q, k, v, expected
+
+
+def decode_sweep(configs, lengths):
+    """One row per DecodeConfig: GB/s and the ratio to SDPA at each KV length (SDPA timed once per length).
+    A result further than 2e-2 from SDPA's is shown as "wrong" instead of its speed."""
+    print(f"\n# decode sweep: batch {DECODE_BATCH}, heads {HEADS}, head_dim {HEAD_DIM}, {DTYPE}; "
+          f"GB/s of KV cache read (ratio to SDPA); config = block_kv,warps,lanes,stages,splits,min_blocks")
+    rows = {config: [] for config in configs}
+    sdpa_row = []
+    for length in lengths:
+        q, k, v, lens, mask, nbytes = decode_case(length)
+        gbs = lambda ms: None if ms is None else nbytes / ms / 1e6  # noqa: E731
+        sdpa = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
+        expected = sdpa(q, k, v).float()
+        t_sdpa = gbs(try_time(sdpa, q, k, v))
+        sdpa_row.append(column(t_sdpa) + " " * 9)
+        print(f"  {str(length):>6} {'sdpa':>14}: {column(t_sdpa).strip()}", flush=True)
+        for config in configs:
+            rows[config].append(decode_cell(config, q, k, v, lens, expected, gbs, t_sdpa))
+            print(f"  {str(length):>6} {config_name(config):>14}: {rows[config][-1].strip()}", flush=True)
+        del q, k, v, expected
+    print(f"{'config':>18}" + "".join(f"{str(length):>18}" for length in lengths))
+    print(f"{'sdpa':>18}" + "".join(sdpa_row))
+    for config, cells in rows.items():
+        print(f"{config_name(config):>18}" + "".join(cells))
+
+
+def decode_cell(config, q, k, v, lens, expected, gbs, t_sdpa):
+    """One sweep cell: GB/s and the ratio to SDPA, or why there is none (an error, a wrong result)."""
+    try:
+        error = (decode_attention(q, k, v, lens, config=config).float() - expected).abs().max().item()
+    except Exception as exc:  # noqa: BLE001 - one bad configuration must not end the sweep
+        print(f"  {config_name(config)}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        return f"{type(exc).__name__:>18}"
+    if not error <= 2e-2:
+        return f"{'wrong ' + format(error, '.0e'):>18}"
+    ours = gbs(try_time(decode_attention, q, k, v, lens, config=config))
+    ratio = f"({ours / t_sdpa:.2f}x)" if ours and t_sdpa else ""
+    return f"{column(ours)}{ratio:>9}"
+
+
+def config_name(config):
+    """``block_kv,warps,lanes,stages,splits,min_blocks``: what --decode-configs takes."""
+    return ",".join(str(getattr(config, f)) for f in ("block_kv", "warps", "lanes", "stages", "splits", "min_blocks"))
 
 
 def main():
@@ -122,11 +178,22 @@ def main():
     parser.add_argument("--configs", default=None,
                         help="FlashAttention configs: bq,bkv,warps,stages,out_chunk[,q_in_registers] ...")
     parser.add_argument("--seqs", default=None, help="comma-separated prefill lengths (default 1024,4096,16384)")
+    parser.add_argument("--decode-configs", default=None,
+                        help="DecodeAttention configs: block_kv,warps,lanes,stages[,splits[,min_blocks]] ...")
+    parser.add_argument("--decode-lengths", default=None,
+                        help="comma-separated decode KV lengths, 'mixed' for the mixed batch (default: all)")
     options = parser.parse_args()
     if options.seqs:
         PREFILL_SEQS[:] = [int(v) for v in options.seqs.split(",")]
+    lengths = list(DECODE_LENGTHS) + ["mixed"]
+    if options.decode_lengths:
+        lengths = [v if v == "mixed" else int(v) for v in options.decode_lengths.split(",")]
     torch.manual_seed(0)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if options.decode_configs:
+        configs = [decode_attention_module.DecodeConfig.parse(text) for text in options.decode_configs.split()]
+        decode_sweep(configs, lengths)
+        return
     if options.configs:
         for text in options.configs.split():
             config = tuple(int(v) for v in text.split(","))
@@ -136,7 +203,7 @@ def main():
         return
     print(f"# FlashAttention config (block_q, block_kv, warps, stages, out_chunk): {attention.FLASH_CONFIGS[HEAD_DIM]}")
     prefill()
-    decode()
+    decode(lengths)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ from tilus_tvm import bfloat16, float16
 from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.schedules import decode_attention, flash_attention
 from tilus_tvm.schedules.attention import LOG2E, FlashAttention
-from tilus_tvm.schedules.decode_attention import DecodeAttention, DecodeCombine, decode_split_len
+from tilus_tvm.lang import arguments
+from tilus_tvm.schedules.decode_attention import (DECODE_CONFIGS, DecodeAttention, DecodeCombine, DecodeConfig,
+                                                  DecodeLayouts, decode_split_len)
+from tests.schedules.kernel_resources import ptxas_resources
 
 
 def count(ptx: str, instruction: str) -> int:
@@ -35,25 +38,84 @@ def test_flash_attention_compiles_to_mma_and_cp_async(head_dim, causal, dtype):
     assert count(ptx, "shfl.sync.bfly") > 0
 
 
-def test_decode_kernels_compile_without_layout_conversions():
-    bh, capacity, d, splits = 64, 1000, 128, 4
-    q = torch.empty(bh, d, dtype=torch.float16)
-    k = torch.empty(bh, capacity, d, dtype=torch.float16)
-    lens = torch.empty(8, dtype=torch.int32)
-    part = torch.empty(bh, splits, d)
-    lse = torch.empty(bh, splits, 1)
-    kernel = DecodeAttention(split_len=256)
-    program = str(kernel.tile_program(bh, 8, capacity, splits, 0.1, q, k, k, lens, part, lse, target="sm_90"))
+DECODE_VARIANTS = [  # (head_dim, config): the table's choices, the register pipeline, larger blocks
+    (128, DECODE_CONFIGS[128]), (64, DECODE_CONFIGS[64]), (128, DecodeConfig(32, 4, 8, 0)),
+    (128, DecodeConfig(32, 8, 8, 0)), (128, DecodeConfig(16, 4, 8, 4)), (128, DecodeConfig(16, 4, 8, 0, min_blocks=6)),
+]
+
+
+@pytest.mark.parametrize("head_dim,config", DECODE_VARIANTS)
+def test_decode_kernel_pipelines_the_cache_beyond_int32(head_dim, config):
+    """A [32 * 32, 32768, head_dim] cache (2**31 elements and more, on the meta device): no layout
+    conversion, each head's base in 64-bit arithmetic, the next tiles' loads issued before this tile's
+    math (registers: before the loop's first shuffle; shared memory: cp.async stages ahead), no spills."""
+    bh, capacity, splits = 1024, 32768, 1
+    q = torch.empty(bh, head_dim, dtype=torch.float16)
+    k = torch.empty(bh, capacity, head_dim, dtype=torch.float16, device="meta")
+    lens = torch.empty(32, dtype=torch.int32)
+    part, lse = torch.empty(bh, splits, head_dim), torch.empty(bh, splits, 1)
+    args = (bh, 32, capacity, splits, 0.1, q, k, k, lens, part, lse, q)
+    kernel = DecodeAttention(head_dim, config.block_kv, config.warps, capacity, float16, config.lanes, config.stages,
+                             config.min_blocks)
+    program = str(kernel.tile_program(*args, target="sm_90"))
     assert "convert_layout" not in program and "load_global_scalar" in program
-    ptx = kernel.compile(bh, 8, capacity, splits, 0.1, q, k, k, lens, part, lse, target="sm_90").ptx
-    assert count(ptx, "ld.global.nc.v4") > 0  # 16-byte loads of the cache
-    DecodeCombine().compile(bh, splits, part, lse, q, target="sm_90")
+    assert program.count("global_subview(") == 2
+    compiled = kernel.compile(*args, target="sm_90")
+    spans = {p.name: p.index_span for p in compiled.abi.params if p.kind == "tensor"}
+    assert spans == {"q_ptr": None, "k_ptr": f"(capacity * {head_dim})", "v_ptr": f"(capacity * {head_dim})",
+                     "seq_lens_ptr": None, "o_part_ptr": None, "lse_ptr": None, "out_ptr": None}
+    bound = arguments.bind(compiled.specs, args, "DecodeAttention", require_cuda=False)
+    arguments.check_index_range("DecodeAttention", compiled.specs, compiled.abi.params, bound)
+    if config.min_blocks:
+        assert f"__launch_bounds__({config.warps * 32}, {config.min_blocks})" in compiled.cuda_source
+    ptx = compiled.ptx
+    assert "mul.lo.s64" in ptx  # int64(bh) * capacity: the head's base
+    layouts = DecodeLayouts.make(config.block_kv, head_dim, config.warps, config.lanes)
+    tile_loads = layouts.passes * head_dim // 8 // config.lanes  # 16-byte vectors of k (or v) per thread
+    if config.stages == 0:
+        first_shuffle = ptx.index("shfl.sync")
+        q_loads = head_dim // 8 // config.lanes
+        # q, the first tile, then the loop's loads of the next tile, all before the loop's first shuffle
+        assert count(ptx[:first_shuffle], "ld.global.nc.v4") == q_loads + 4 * tile_loads
+    else:
+        assert count(ptx, "cp.async.cg.shared.global") >= 2 * tile_loads * 2  # the prologue's and the loop's
+        assert count(ptx, f"cp.async.wait_group {config.stages - 2}") == 1
+    resources = ptxas_resources(ptx)
+    assert resources["spill_stores"] == 0 and resources["spill_loads"] == 0
+    DecodeCombine(head_dim).compile(bh, 4, torch.empty(bh, 4, head_dim), torch.empty(bh, 4, 1), q, target="sm_90")
 
 
 def test_decode_split_len():
     for capacity, bh in ((1024, 1024), (32768, 1024), (32768, 8), (100, 1)):
         split = decode_split_len(capacity, bh)
         assert split % 32 == 0 and math.ceil(capacity / split) <= 32
+    assert decode_split_len(8192, 1024) == 8192  # 1024 blocks fill 132 SMs: one split
+    assert decode_split_len(32768, 1024) == 8192  # at most MAX_SPLIT_LEN keys a block
+    assert decode_split_len(8192, 1024, splits=4) == 2048  # a config asking for more
+    assert decode_split_len(8192, 8) == 256  # few heads: up to 32 splits, 4 blocks per SM
+
+
+def test_decode_config():
+    assert DecodeConfig.parse("16,8,4,2") == DecodeConfig(block_kv=16, warps=8, lanes=4, stages=2)
+    assert DecodeConfig.parse("32,4,8,3,2,4") == DecodeConfig(32, 4, 8, 3, splits=2, min_blocks=4)
+    with pytest.raises(ValueError, match="a decode config is block_kv,warps,lanes,stages,splits,min_blocks"):
+        DecodeConfig.parse("1,2,3,4,5,6,7")
+    for head_dim, config in DECODE_CONFIGS.items():  # every table entry is a valid kernel
+        DecodeAttention(head_dim, config.block_kv, config.warps, 4 * config.block_kv, float16, config.lanes,
+                        config.stages, config.min_blocks)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(lanes=3), "lanes=3 must be a power of two dividing the 16 16-byte vectors"),
+    (dict(lanes=32), "lanes=32 must be a power of two dividing the 16 16-byte vectors"),
+    (dict(block_kv=8), "block_kv=8 must be a multiple of the 16 rows one pass of 4 warps covers with 8 lanes"),
+    (dict(stages=1), "stages=1 must be 0 \\(registers\\) or at least 2 \\(cp.async\\)"),
+    (dict(split_len=100), "split_len=100 must be a multiple of block_kv=32"),
+    (dict(min_blocks=33), "min_blocks=33 must be in \\[0, 32\\]"),
+])
+def test_decode_attention_bad_configuration(kwargs, match):
+    with pytest.raises(ScriptError, match=match):
+        DecodeAttention(**kwargs)
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -101,6 +163,15 @@ def test_decode_attention_input_errors_name_the_argument():
         decode_attention(q, k, v, lens.float())
     with pytest.raises(LaunchError, match="v_cache has dtype torch.bfloat16"):
         decode_attention(q, k, v.bfloat16(), lens)
+    with pytest.raises(LaunchError, match="split_len=48 must be a positive multiple of block_kv=32"):
+        decode_attention(q, k, v, lens, split_len=48)
+    with pytest.raises(LaunchError, match="config must be a DecodeConfig, got tuple"):
+        decode_attention(q, k, v, lens, config=(32, 4, 8, 3))
+    huge = torch.empty(1, 1, 2**25, 64, dtype=torch.float16, device="meta")
+    with pytest.raises(LaunchError, match=r"capacity \* head_dim = 33554432 \* 64 elements; the kernel indexes "
+                                          r"inside a head with int32"):
+        decode_attention(torch.empty(1, 1, 1, 64, dtype=torch.float16, device="meta"), huge, huge,
+                         torch.ones(1, dtype=torch.int32, device="meta"))
 
 
 # --- GPU ------------------------------------------------------------------------------------------------
@@ -167,7 +238,10 @@ def test_flash_attention_causal_edges_and_scale():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_decode_attention_matches_torch(dtype, head_dim):
+@pytest.mark.parametrize("config", [None, DecodeConfig(32, 4, 8, 0), DecodeConfig(32, 8, 8, 0),
+                                    DecodeConfig(16, 4, 8, 4)])
+@pytest.mark.parametrize("split_len", [None, 3008])  # many splits and DecodeCombine; one split
+def test_decode_attention_matches_torch(dtype, head_dim, config, split_len):
     torch.manual_seed(head_dim)
     batch, heads, capacity = 5, 4, 3000
     lens = torch.tensor([1, 31, 32, 1000, 2999], dtype=torch.int32, device="cuda")
@@ -178,12 +252,39 @@ def test_decode_attention_matches_torch(dtype, head_dim):
         k[b, :, lens[b]:] = float("nan")
         v[b, :, lens[b]:] = float("nan")
     out = torch.full_like(q, float("nan"))
-    decode_attention(q, k, v, lens, out=out)
+    decode_attention(q, k, v, lens, out=out, split_len=split_len, config=config)
     assert not out.isnan().any()
     for b in range(batch):
         n = int(lens[b])
         expected = reference(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], False)
         torch.testing.assert_close(out[b:b + 1], expected, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split_len", [None, 1048640])  # 32 splits a head; one
+def test_decode_attention_cache_beyond_int32(split_len):
+    """A cache just past 2**31 elements: 2 x 8 x (2**20 + 64) x 128 float16, 4.3 GB each for k and v;
+    the last head of the second sequence lies past element 2**31. One key per head carries q itself
+    (a score near 90): the output is that key's value, so a wrong address shows as an O(1) error."""
+    batch, heads, capacity, head_dim = 2, 8, 2**20 + 64, 128
+    assert batch * heads * capacity * head_dim > 2**31
+    if torch.cuda.mem_get_info()[0] < 24 * 2**30:
+        pytest.skip("needs 24 GiB of free GPU memory (the cache and the float32 reference)")
+    torch.manual_seed(0)
+    lens = torch.tensor([700001, capacity], dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, heads, 1, head_dim, dtype=torch.float16, device="cuda")
+    k = torch.randn(batch, heads, capacity, head_dim, dtype=torch.float16, device="cuda")
+    v = torch.randn(batch, heads, capacity, head_dim, dtype=torch.float16, device="cuda")
+    for b, needle in ((0, 699999), (1, capacity - 3)):  # (1, 7, capacity - 3) is element 2**31 + 1.2e5 of k
+        k[b, :, needle] = q[b, :, 0] * 8
+    k[0, :, 700001:] = float("nan")
+    v[0, :, 700001:] = float("nan")
+    out = decode_attention(q, k, v, lens, split_len=split_len)
+    for b in range(batch):
+        n = int(lens[b])
+        expected = reference(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], False)
+        torch.testing.assert_close(out[b:b + 1], expected, atol=2e-2, rtol=2e-2)
+    assert (out[1, 7, 0].float() - v[1, 7, capacity - 3].float()).abs().max() < 2e-2
 
 
 @pytest.mark.gpu

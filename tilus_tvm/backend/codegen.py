@@ -165,7 +165,9 @@ def generate(func: Function, plan: SharedMemoryPlan, params: Optional[list[Param
             Tb.func_attr({"tirx.noalias": True, **(attrs or {})})
             for param in params:
                 if param.kind == "pointer" and param.shaped:
-                    numel = math.prod(param.buffer.shape)
+                    # a wide pointer's sub-views address it with int64 offsets: count it in int64 too
+                    numel = math.prod([tirx.Cast("int64", s) for s in param.buffer.shape] if param.wide
+                                      else param.buffer.shape)
                     flat = Tb.decl_buffer((numel,), param.buffer.dtype, data=param.buffer.data)
                     IRBuilder.name(f"{c_identifier(param.name)}_flat", flat)
                     ctx.flat_views[param.name] = flat

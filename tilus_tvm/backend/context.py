@@ -67,10 +67,18 @@ class CodegenContext:
         self.registers: dict[int, tirx.Buffer] = {}
         self.views: dict[int, tirx.Buffer] = {}
         self.flat_views: dict[str, tirx.Buffer] = {}  # pointer name -> 1-D alias (vector accesses)
+        self.subview_flats: dict[int, tirx.Buffer] = {}  # sub-view -> 1-D alias from its base
         self.strided_views = False  # a global view with non-row-major strides was declared
 
-    def flat_view(self, param) -> tirx.Buffer:
-        """A 1-D buffer over a pointer parameter's memory, for accesses at a linear element offset."""
+    def flat_view(self, tensor: GlobalTensor) -> tirx.Buffer:
+        """A 1-D buffer over a global view's memory, for accesses at a linear element offset
+        (``sum(index * strides)``): from the pointer, or from a sub-view's base."""
+        if tensor.is_subview:
+            return self.subview_flats[id(tensor)]
+        return self.pointer_flat(tensor.pointer)
+
+    def pointer_flat(self, param) -> tirx.Buffer:
+        """A 1-D buffer over a pointer parameter's whole memory."""
         return self.flat_views.get(param.name, param.buffer)
 
     # --- buffers --------------------------------------------------------------------------------
@@ -101,6 +109,24 @@ class CodegenContext:
         buffer = Tb.decl_buffer(list(tensor.shape), tensor.dtype.name, data=flat.data, strides=list(tensor.strides))
         IRBuilder.name(tensor.name, buffer)
         self.views[id(tensor)] = buffer
+
+    def declare_global_subview(self, tensor: GlobalTensor) -> None:
+        """Bind the sub-view's base address (``&ptr[base]``, ``base`` an int64 expression) to a pointer
+        variable, and declare the sub-view's buffers from it: indices inside are int32 again."""
+        import tvm
+
+        if not compact(tensor.shape, tensor.strides):
+            self.strided_views = True
+        pointer = tirx.Var(f"{tensor.name}_base", tvm.ir.PointerType(tvm.ir.PrimType(tensor.dtype.name), "global"))
+        Tb.bind(tirx.address_of(tirx.BufferLoad(self.pointer_flat(tensor.pointer), [tensor.base_offset()])),
+                var=pointer)
+        buffer = Tb.decl_buffer(list(tensor.shape), tensor.dtype.name, data=pointer, strides=list(tensor.strides))
+        IRBuilder.name(tensor.name, buffer)
+        span = 1 + sum(((extent - 1) * stride for extent, stride in zip(tensor.shape, tensor.strides)), 0)
+        flat = Tb.decl_buffer((span,), tensor.dtype.name, data=pointer)
+        IRBuilder.name(f"{tensor.name}_flat", flat)
+        self.views[id(tensor)] = buffer
+        self.subview_flats[id(tensor)] = flat
 
     def shared_view(self, byte_offset: int, dtype: DataType, num_elements: int, name: str) -> tirx.Buffer:
         """A 1-D typed view of the shared-memory pool (the bytes of a packed low-precision tensor)."""
@@ -238,6 +264,13 @@ def bounds_condition(coords: Sequence[Any], shape: Sequence[Any]):
         term = tirx.And(c >= 0, c < extent)
         cond = term if cond is None else tirx.And(cond, term)
     return cond if cond is not None else tirx.const(True, "bool")
+
+
+def global_bounds(tensor: GlobalTensor, coords: Sequence[Any]):
+    """Whether ``coords`` lie inside the global view: its shape and, for a sub-view, the range of its
+    leading indices in the parent (:meth:`GlobalTensor.leading_guard`)."""
+    inside = bounds_condition(coords, tensor.shape)
+    return tirx.And(tensor.leading_guard(), inside) if tensor.is_subview else inside
 
 
 def place_tile(offsets: Sequence[Any], dims: Sequence[int], tile_index: Sequence[Any]) -> list[Any]:

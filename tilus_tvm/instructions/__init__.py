@@ -1,7 +1,7 @@
 """Instructions by family: each module registers, per target family, an instruction's layout rule,
 its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.registry`).
 
-    allocate.py        AllocateRegister, AllocateShared, FreeShared, GlobalView
+    allocate.py        AllocateRegister, AllocateShared, FreeShared, GlobalView, GlobalSubview
     elementwise.py     Unary, Binary, Where, Assign
     cast.py            Cast (the low-precision conversion rules of cast_rules.py, fast paths)
     packed_memory.py   loads and stores of packed low-precision tiles (for global_memory / shared_memory)

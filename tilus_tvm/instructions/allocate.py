@@ -1,4 +1,5 @@
-"""Allocation instructions: ``AllocateRegister``, ``AllocateShared``, ``FreeShared``, ``GlobalView``.
+"""Allocation instructions: ``AllocateRegister``, ``AllocateShared``, ``FreeShared``, ``GlobalView``,
+``GlobalSubview``.
 
 None has a layout rule: a register tensor takes the layout its uses give it (or the default), a
 shared tensor has the layout it was created with. Shared tensors get their offsets in the pool
@@ -43,7 +44,12 @@ def emit_global_view(ctx: CodegenContext, inst: ir.GlobalView) -> None:
     ctx.declare_global_view(inst.output)
 
 
+def emit_global_subview(ctx: CodegenContext, inst: ir.GlobalSubview) -> None:
+    ctx.declare_global_subview(inst.output)
+
+
 register(ir.AllocateRegister, emit=emit_allocate_register)
 register(ir.AllocateShared, emit=emit_allocate_shared)
 register(ir.FreeShared, emit=emit_free_shared)
 register(ir.GlobalView, emit=emit_global_view)
+register(ir.GlobalSubview, emit=emit_global_subview)

@@ -72,6 +72,8 @@ def copy_vector(inst: ir.CopyAsync, aligned_pointer: bool, layout=None, analyzer
         if dst.shape[-1] % width:
             continue
         strides = [s for d, s in enumerate(src.strides) if d != global_dim]
+        if src.is_subview:  # its base offset too
+            strides += list(src.parent.strides[:len(src.leading)])
         if not all(_divisible(v, width, analyzer) for v in [inst.offsets[global_dim], *strides]):
             continue
         if shared_vectors_fit(dst, layout, width):
@@ -105,7 +107,7 @@ def emit_copy_async(ctx: CodegenContext, inst: ir.CopyAsync) -> None:
             tile = _tile_index(inst, vector, step)
             coords = place_tile(inst.offsets, inst.dims, tile)
             buffer, offset = ctx.shared_element(dst, tile)
-            inside = tirx.const(True, "bool")
+            inside = src.leading_guard()  # True for a view of a pointer
             for d, (c, extent) in enumerate(zip(coords, src.shape)):
                 if d != global_dim or width == 0:
                     inside = tirx.And(inside, tirx.And(c >= 0, c < extent))
@@ -120,7 +122,7 @@ def emit_copy_async(ctx: CodegenContext, inst: ir.CopyAsync) -> None:
                 linear = sum((c * s for c, s in zip(safe, src.strides)), 0)
                 nbytes = width * src.dtype.nbits // 8
                 # both buffers are 1-D views (of the uint8 pool, of the pointer): addressed as &view[i]
-                Tb.evaluate(intrin.emit_cp_async(nbytes, buffer, offset, ctx.flat_view(src.pointer), linear,
+                Tb.evaluate(intrin.emit_cp_async(nbytes, buffer, offset, ctx.flat_view(src), linear,
                                                  cache="cg" if nbytes == 16 else "ca", src_size=src_bytes,
                                                  pointers="address_of"))
 

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from tvm import sym, tirx
 from tvm.script.ir_builder import tirx as Tb
 
-from tilus_tvm.backend.context import CodegenContext, bounds_condition, const, place_tile
+from tilus_tvm.backend.context import CodegenContext, const, global_bounds, place_tile
 from tilus_tvm.instructions import packed_memory
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
@@ -35,7 +35,8 @@ def vector_width(layout: RegisterLayout, tensor: GlobalTensor, offsets: Sequence
     slots ``v*j .. v*j+v-1`` are consecutive elements of one row), that dimension must have stride 1
     in global memory, and every address of a vector must be a multiple of its width: the other
     strides, the tile offset along the vector and the view's extent there must be multiples of
-    the width (the extent so a vector is either fully inside or fully outside the view).
+    the width (the extent so a vector is either fully inside or fully outside the view); a
+    sub-view's base offset must be one too (the parent's strides of its leading indices).
     """
     if not layout.local_modes:
         return 1
@@ -51,6 +52,8 @@ def vector_width(layout: RegisterLayout, tensor: GlobalTensor, offsets: Sequence
     while width > 1:
         multiples = [offsets[global_dim], tensor.shape[global_dim]]
         multiples += [s for d, s in enumerate(tensor.strides) if d != global_dim]
+        if tensor.is_subview:
+            multiples += list(tensor.parent.strides[:len(tensor.leading)])
         if all(_divisible(analyzer, value, width) for value in multiples):
             return width
         width //= 2
@@ -86,7 +89,7 @@ class _GlobalAccess:
         if self.width == 1:
             return view, coords
         linear = sum((c * s for c, s in zip(coords, self.tensor.strides)), 0)
-        return self.ctx.flat_view(self.tensor.pointer), [tirx.Ramp(linear, 1, self.width)]
+        return self.ctx.flat_view(self.tensor), [tirx.Ramp(linear, 1, self.width)]
 
     def slots(self, first_slot):
         return first_slot if self.width == 1 else tirx.Ramp(first_slot, 1, self.width)
@@ -102,7 +105,7 @@ def emit_load_global(ctx: CodegenContext, inst: ir.LoadGlobal) -> None:
     with Tb.unroll(0, out.layout.local_size // width) as j:
         coords = access.coords(j * width)
         load = tirx.BufferLoad(*access.element(view, coords))
-        cond = bounds_condition(coords, inst.src.shape)
+        cond = global_bounds(inst.src, coords)
         Tb.buffer_store(buf, tirx.if_then_else(cond, load, zero), [access.slots(j * width)])
 
 
@@ -115,7 +118,7 @@ def emit_store_global(ctx: CodegenContext, inst: ir.StoreGlobal) -> None:
     with ctx.guarded(ctx.owner_condition(src.layout)):
         with Tb.unroll(0, src.layout.local_size // width) as j:
             coords = access.coords(j * width)
-            with ctx.guarded(bounds_condition(coords, inst.dst.shape)):
+            with ctx.guarded(global_bounds(inst.dst, coords)):
                 target, index = access.element(view, coords)
                 Tb.buffer_store(target, tirx.BufferLoad(buf, [access.slots(j * width)]), index)
 

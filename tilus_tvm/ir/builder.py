@@ -107,6 +107,14 @@ class Builder:
         self.emit(ir.GlobalView(tensor))
         return tensor
 
+    def global_subview(self, parent: GlobalTensor, indices: Sequence[Any]) -> GlobalTensor:
+        """``parent[indices...]`` over the remaining dimensions (the checks are the caller's)."""
+        rank = len(indices)
+        view = GlobalTensor(parent.dtype, tuple(parent.shape[rank:]), tuple(parent.strides[rank:]), parent.pointer,
+                            name=self.fresh_name("g"), compact=parent.compact, parent=parent, leading=tuple(indices))
+        self.emit(ir.GlobalSubview(view, parent, tuple(indices)))
+        return view
+
     def load_global(self, src: GlobalTensor, offsets, shape, dims, layout) -> RegisterTensor:
         out = self.new_register(src.dtype, shape, layout)
         self.emit(ir.LoadGlobal(out, src, tuple(offsets), tuple(dims)))

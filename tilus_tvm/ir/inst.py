@@ -60,6 +60,16 @@ class GlobalView(Instruction):
 
 
 @dataclass(eq=False)
+class GlobalSubview(Instruction):
+    """``output = parent[indices...]``: a sub-view whose base address is computed in int64 (see
+    :class:`~tilus_tvm.ir.tensor.GlobalTensor`); ``output.parent``/``output.leading`` repeat them."""
+
+    output: GlobalTensor
+    parent: GlobalTensor
+    indices: tuple[Any, ...]
+
+
+@dataclass(eq=False)
 class LoadGlobal(Instruction):
     output: RegisterTensor
     src: GlobalTensor

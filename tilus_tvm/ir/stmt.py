@@ -98,6 +98,7 @@ class Param:
     writes: bool = False  # the kernel stores through this pointer
     value: Any = None  # the constant for "const"
     workspace: bool = False  # a pointer the runtime allocates (self.global_tensor), not a Script parameter
+    wide: bool = False  # reached only through sub-views (64-bit bases): may exceed 2**31 elements (kernel_abi.py)
 
     @property
     def annotation(self) -> Any:

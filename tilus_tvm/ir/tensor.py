@@ -296,7 +296,12 @@ class GlobalTensor:
     """A view of global memory: element ``index`` lives at ``ptr[sum(index * strides)]``.
 
     ``shape`` and ``strides`` are ints or scalar expressions of the kernel's run-time parameters;
-    ``pointer`` names the pointer parameter whose memory this views.
+    ``pointer`` names the pointer parameter whose memory this views. Indices are int32.
+
+    A *sub-view* (``parent`` set, made by ``Script.global_subview``) is ``parent[leading...]``: the
+    parent's trailing dimensions, starting at the element whose offset ``sum(leading * parent
+    strides)`` is computed in int64 arithmetic (:meth:`base_offset`). Only the indices inside the
+    sub-view are int32, so the parent may span more than 2**31 elements.
     """
 
     dtype: DataType
@@ -305,6 +310,47 @@ class GlobalTensor:
     pointer: Any  # tilus_tvm.ir.stmt.Param
     name: str = "g"
     compact: bool = False  # strides are the row-major strides of shape (no strides were given)
+    parent: Optional["GlobalTensor"] = None  # a sub-view: the view it was indexed from
+    leading: tuple[Any, ...] = ()  # a sub-view: the parent's leading indices it fixes
+
+    @property
+    def is_subview(self) -> bool:
+        return self.parent is not None
+
+    def base_offset(self) -> Any:
+        """A sub-view's first element, in elements from the pointer, as an int64 expression:
+        ``sum(int64(i) * int64(stride))`` over the leading indices. A compact parent's strides are
+        rebuilt from its shape in int64, so no int32 product of extents can overflow first."""
+        from tvm import tirx
+
+        def wide(value: Any) -> Any:
+            return tirx.const(value, "int64") if isinstance(value, int) else tirx.Cast("int64", value)
+
+        parent = self.parent
+        if parent.compact:
+            strides, running = [], tirx.const(1, "int64")
+            for extent in reversed(parent.shape):
+                strides.append(running)
+                running = running * wide(extent)
+            strides = strides[::-1]
+        else:
+            strides = [wide(s) for s in parent.strides]
+        offset = tirx.const(0, "int64")
+        for index, stride in zip(self.leading, strides):
+            offset = offset + wide(index) * stride
+        return offset
+
+    def leading_guard(self) -> Any:
+        """A sub-view's condition ``0 <= i < extent`` on its leading indices (accesses are masked
+        with it, as with the view's own shape); True for a view of a pointer."""
+        from tvm import tirx
+
+        cond = tirx.const(True, "bool")
+        if self.parent is not None:
+            for index, extent in zip(self.leading, self.parent.shape):
+                index = tirx.const(index, "int32") if isinstance(index, int) else index
+                cond = tirx.And(cond, tirx.And(index >= 0, index < extent))
+        return cond
 
     def __bool__(self):
         raise ScriptError(f"global tensor {self.name} has no truth value")
@@ -327,6 +373,9 @@ class GlobalTensor:
         raise ScriptError(f"global tensor {self.describe()} cannot be iterated over or unpacked")
 
     def describe(self) -> str:
+        if self.parent is not None:
+            return (f"{self.name}: {self.dtype.name}{list(self.shape)} (global sub-view {self.parent.name}"
+                    f"{list(self.leading)} of {self.pointer.name})")
         return f"{self.name}: {self.dtype.name}{list(self.shape)} (global view of {self.pointer.name})"
 
     def __repr__(self) -> str:

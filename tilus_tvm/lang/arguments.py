@@ -19,7 +19,7 @@ from tilus_tvm.lang.signature import ParamSpec
 from tilus_tvm.lowp import is_packed, storage_torch_dtypes
 
 VECTOR_ALIGNMENT = 16
-MAX_INDEX = 2**31 - 1  # kernels index with int32
+MAX_INDEX = 2**31 - 1  # kernels index with int32 (inside a sub-view, for a tensor reached through sub-views)
 
 
 @dataclass
@@ -30,6 +30,7 @@ class BoundArguments:
     device: Optional[int] = None
     aligned: frozenset = frozenset()  # pointer parameters whose data is 16-byte aligned
     pointer_dtypes: dict[str, Any] = field(default_factory=dict)  # ~void parameters: their tensors' dtypes
+    spans: dict[str, int] = field(default_factory=dict)  # tensor parameters: elements from first to last
 
     @property
     def key(self) -> tuple:
@@ -118,6 +119,30 @@ def no_gpu_error(kernel: str) -> LaunchError:
         f"TVM IRModule), kernel.tile_program(*args) (the tile program after every pass)")
 
 
+def check_index_range(kernel: str, specs: list[ParamSpec], abi_params: tuple, bound: BoundArguments) -> None:
+    """Refuse tensors the compiled kernel would index past int32: a tensor spanning more than
+    ``MAX_INDEX`` elements, unless the kernel reaches it only through sub-views (``index_span`` in its
+    ABI parameter, ``Script.global_subview``), whose largest span -- computed from the scalar
+    arguments -- must fit instead."""
+    values = {spec.name: value for spec, value in zip([s for s in specs if s.kind == "scalar"], bound.scalars)}
+    for param in abi_params:
+        if param.kind != "tensor" or param.name not in bound.spans:
+            continue
+        if param.index_span is None:
+            span = bound.spans[param.name]
+            if span > MAX_INDEX:
+                raise LaunchError(f"{kernel}: argument {param.name} spans {span} elements; the kernel indexes it "
+                                  f"with int32 (at most {MAX_INDEX}). A kernel reaches larger tensors through "
+                                  f"sub-views with 64-bit bases (self.global_subview)")
+            continue
+        namespace = {"__builtins__": {}, "int": int, "min": min, "max": max}
+        span = int(eval(param.index_span, namespace, dict(values)))  # noqa: S307 - kernel_abi wrote it
+        if span > MAX_INDEX:
+            raise LaunchError(f"{kernel}: argument {param.name} is indexed through sub-views spanning {span} "
+                              f"elements ({param.index_span}); indices inside a sub-view are int32 (at most "
+                              f"{MAX_INDEX})")
+
+
 def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -> BoundArguments:
     if len(args) != len(specs):
         raise LaunchError(f"{kernel} takes {len(specs)} arguments ({describe_signature(specs)}), got {len(args)}")
@@ -156,10 +181,7 @@ def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -
                 elif value.device.index != bound.device:
                     raise LaunchError(f"{kernel}: argument {spec.name} is on cuda:{value.device.index}, earlier "
                                       f"tensors are on cuda:{bound.device}")
-            span = _span(value)
-            if span > MAX_INDEX:
-                raise LaunchError(f"{kernel}: argument {spec.name} spans {span} elements; kernels index "
-                                  f"with int32 (at most {MAX_INDEX})")
+            bound.spans[spec.name] = _span(value)  # checked against the compiled kernel's indexing
             if value.data_ptr() % VECTOR_ALIGNMENT == 0:
                 aligned.add(spec.name)
             bound.call_args.append(value)

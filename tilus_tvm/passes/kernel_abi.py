@@ -17,13 +17,14 @@ form: TVM binds it from the tensor's shape; any other scalar is passed as ``R.pr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, fields
+from typing import Any, Iterator, Optional
 
 from tilus_tvm.errors import CompileError
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.scalar import c_identifier
 from tilus_tvm.ir.stmt import Function, Param, instructions
+from tilus_tvm.ir.tensor import GlobalTensor
 from tilus_tvm.lowp import pointer_storage_dtype
 
 
@@ -42,6 +43,10 @@ class AbiParam:
     reads: bool = False
     writes: bool = False
     from_shape: bool = False  # a scalar equal to a dimension of a shaped tensor parameter
+    # tensors the kernel reaches only through sub-views (64-bit bases): the largest element span it
+    # indexes with int32, as Python over the Script's scalar names; None: the whole tensor is indexed
+    # with int32, so it must hold fewer than 2**31 elements (see runtime/launcher.py)
+    index_span: Optional[str] = None
 
     @property
     def is_output(self) -> bool:
@@ -49,12 +54,13 @@ class AbiParam:
 
     def to_json(self) -> list:
         return [self.name, self.kind, self.dtype, None if self.shape is None else list(self.shape), self.reads,
-                self.writes, self.from_shape]
+                self.writes, self.from_shape, self.index_span]
 
     @staticmethod
     def from_json(item: list) -> "AbiParam":
-        name, kind, dtype, shape, reads, writes, from_shape = item
-        return AbiParam(name, kind, dtype, None if shape is None else tuple(shape), reads, writes, from_shape)
+        name, kind, dtype, shape, reads, writes, from_shape, *rest = item  # index_span: absent in older files
+        return AbiParam(name, kind, dtype, None if shape is None else tuple(shape), reads, writes, from_shape,
+                        rest[0] if rest else None)
 
 
 @dataclass(frozen=True)
@@ -154,14 +160,64 @@ def _common_shape(views: list, scalar_vars: list) -> Optional[tuple]:
     return shape
 
 
+def _views_in(value: Any) -> Iterator[GlobalTensor]:
+    if isinstance(value, GlobalTensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _views_in(item)
+
+
+def pointers_indexed_directly(func: Function) -> set[str]:
+    """Names of the pointers some instruction accesses through a view of the pointer itself (int32
+    offsets from the pointer), not through a sub-view (``global_subview``: 64-bit base)."""
+    direct = set()
+    for inst in instructions(func.body):
+        if isinstance(inst, (ir.GlobalView, ir.GlobalSubview)):
+            continue  # declarations, not accesses
+        for f in fields(inst):
+            for view in _views_in(getattr(inst, f.name)):
+                if not view.is_subview:
+                    direct.add(view.pointer.name)
+    return direct
+
+
+def _subview_span(func: Function, param: Param, subviews: list, scalar_vars: list, names: dict[str, str]) -> str:
+    """Python source of the largest span (elements from the base to the last one, inclusive) of the
+    sub-views of ``param``: what the launch checks against int32 indexing."""
+    from tvm import tirx
+
+    texts = []
+    for view in subviews:
+        span = 1 + sum(((extent - 1) * stride for extent, stride in zip(view.shape, view.strides)), 0)
+        if not isinstance(span, int):  # immutable kernel scalars (`n: int32 = ...`) substituted
+            span = func.analyzer().simplify(span)
+        if not _uses_only(span, scalar_vars):
+            unknown = sorted({v.name for v in tirx.analysis.undefined_vars(span)
+                              if not any(v.same_as(a) for a in scalar_vars)})
+            raise CompileError(f"kernel {func.name}: sub-view {view.name} of {param.name} has shape "
+                               f"{list(view.shape)} and strides {list(view.strides)}, which depend on "
+                               f"{', '.join(unknown)}; the launch checks that a sub-view's span fits int32 "
+                               f"indexing, so it may only use ints and the kernel's run-time scalar parameters")
+        text = python_source(span.value if isinstance(span, tirx.IntImm) else span, names)
+        if text not in texts:
+            texts.append(text)
+    return texts[0] if len(texts) == 1 else f"max({', '.join(texts)})"
+
+
 def plan_kernel_abi(func: Function) -> KernelABI:
-    """Give pointer parameters shaped buffers where their views allow, mark reads and writes."""
+    """Give pointer parameters shaped buffers where their views allow, mark reads and writes, and
+    find the pointers the kernel reaches only through sub-views (their launch checks each sub-view's
+    span instead of the tensor's size)."""
     from tvm import tirx
 
     views: dict[str, list] = {}
+    subviews: dict[str, list] = {}
     for inst in instructions(func.body):
         if isinstance(inst, ir.GlobalView):
             views.setdefault(inst.output.pointer.name, []).append(inst.output)
+        elif isinstance(inst, ir.GlobalSubview):
+            subviews.setdefault(inst.output.pointer.name, []).append(inst.output)
         elif isinstance(inst, ir.LoadGlobal):
             inst.src.pointer.reads = True
         elif isinstance(inst, ir.StoreGlobal):
@@ -172,18 +228,25 @@ def plan_kernel_abi(func: Function) -> KernelABI:
             inst.tensor.pointer.writes = True
     scalar_vars = [p.var for p in func.params if p.kind == "scalar"]
     names = {p.var.name: p.name for p in func.params if p.kind == "scalar"}
+    direct = pointers_indexed_directly(func)
     tensors, dims = {}, set()
     for param in func.params:
         if param.kind == "pointer":
             shape = _common_shape(views.get(param.name, []), scalar_vars)
             if param.dtype.nbits < 8:  # sub-byte elements: the buffer counts bytes, not elements
                 shape = None
+            param.wide = param.name in subviews and param.name not in direct
             if shape is not None and not param.shaped:
                 param.buffer = tirx.decl_buffer(list(shape), pointer_storage_dtype(param.dtype),
                                                 c_identifier(param.name))
                 param.shaped = True
+            elif param.wide and not param.shaped:  # a flat buffer of any length, counted in int64
+                param.buffer = tirx.decl_buffer((tirx.Var(f"{param.name}_numel", "int64"),),
+                                                pointer_storage_dtype(param.dtype), c_identifier(param.name))
+            span = _subview_span(func, param, subviews[param.name], scalar_vars, names) if param.wide else None
             text = None if shape is None else tuple(python_source(s, names) for s in shape)
-            tensors[param.name] = AbiParam(param.name, "tensor", param.dtype.name, text, param.reads, param.writes)
+            tensors[param.name] = AbiParam(param.name, "tensor", param.dtype.name, text, param.reads, param.writes,
+                                           index_span=span)
             dims.update(s.name for s in (shape or ()) if isinstance(s, tirx.Var))
     abi = []
     for param in func.params:

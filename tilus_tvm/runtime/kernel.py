@@ -186,10 +186,12 @@ class CompiledKernel:
         self._table.add(args, self.launcher())
 
     def launch(self, bound: "arguments.BoundArguments") -> None:
-        """The careful launch, for arguments :func:`arguments.bind` accepted: the grid is checked, and
+        """The careful launch, for arguments :func:`arguments.bind` accepted: tensors within the kernel's
+        int32 indexing (:func:`arguments.check_index_range`) and the grid are checked, and
         when the compiled function refuses a tensor, the error names the argument and the shape it
         expected -- or, for a contiguous tensor whose storage holds the expected shape from its data
         pointer (Tilus pointers are raw pointers), the tensor is read as that shape."""
+        arguments.check_index_range(self.display_name, self.specs, self.abi.params, bound)
         grid = self.grid(bound.scalars)
         for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID)):
             if extent < 0 or extent > limit:

@@ -9,6 +9,11 @@ A launch that has been seen before goes through two generated functions:
   scalars in range, a grid within CUDA's limits and not empty, tensors within int32 indexing),
   gives flat parameters a 1-D tensor, and calls the TVM packed function once.
 
+Int32 indexing: a tensor must hold fewer than 2**31 elements (``t.numel() > 2147483647`` refuses it),
+except one the kernel reaches only through sub-views (``Script.global_subview``: a 64-bit base,
+int32 indices inside), whose ABI parameter carries ``index_span``: then the largest sub-view's span,
+an expression of the scalar arguments, is checked instead (``a2 * 128 > 2147483647``).
+
 The compiled function's entry code checks each tensor's rank, shape (against the scalar
 arguments), dtype, device and contiguity, so the launcher does not. tvm-ffi picks the stream: for
 a torch CUDA tensor argument it asks torch's DLPack exchange API for the current stream of the
@@ -186,12 +191,17 @@ def launcher_source(specs: list[ParamSpec], abi_params: tuple, grid_source: str,
         body.append(f"g{axis} = {dim}")
         body.append(f"if not 0 < g{axis} <= {limit}: raise Refused")
     sized, call = [], []
+    scalar_names = {spec.name: name for name, spec in runtime if spec.kind == "scalar"}
     for (name, spec), param in zip(runtime, abi_params):
         if spec.kind == "scalar":
             call.append(name)
             continue
         static = None if param.shape is None else [_literal(s) for s in param.shape]
-        if static is None or None in static or math.prod(static) > MAX_INDEX:
+        if param.index_span is not None:  # reached through sub-views: their span must fit, not the tensor
+            span = _renamed(param.index_span, scalar_names)
+            if _literal(span) is None or _literal(span) > MAX_INDEX:
+                sized.append(f"{span} > {MAX_INDEX}")
+        elif static is None or None in static or math.prod(static) > MAX_INDEX:
             sized.append(f"{name}.numel() > {MAX_INDEX}")  # a checked shape of constants needs no count
         call.append(name if param.shape is not None else f"({name} if {name}.dim() == 1 else flat_view({name}))")
     if sized:

@@ -117,6 +117,53 @@ class MemoryInstructions(InstructionBase):
                             compact=compact)
         return builder.global_view(view)
 
+    def global_subview(self, tensor: GlobalTensor, indices: Any) -> GlobalTensor:
+        """The sub-view ``tensor[indices..., :, ...]``: ``tensor``'s dimensions after the ``len(indices)``
+        leading ones, whose first element's address is computed in 64-bit arithmetic.
+
+        Kernels index global views with int32, so a tensor of 2**31 elements or more is refused at
+        launch -- unless the kernel reaches it only through sub-views: then only each sub-view's
+        span (``1 + sum((extent - 1) * stride)`` of its dimensions, checked at launch) must fit int32,
+        and ``tensor`` itself may be as large as memory allows. Loads and stores through the sub-view
+        are masked against its shape and against ``0 <= index < extent`` of each leading index.
+
+        ``indices``: one int or integer scalar per leading dimension, fewer than ``tensor``'s rank.
+        Rejects: a ``tensor`` that is not a global view of a pointer (a sub-view: index its parent
+        with all leading indices at once), a packed low-precision dtype, an index out of range
+        (when it and the extent are ints), no index or one per dimension.
+
+        >>> gk = self.global_view(k_ptr, dtype=float16, shape=[batch_heads, capacity, 128])   # doctest: +SKIP
+        >>> k_head = self.global_subview(gk, [bh])   # [capacity, 128] at k_ptr + int64(bh) * capacity * 128
+        """
+        from tilus_tvm.ir.scalar import expr_dtype, is_expr
+        from tilus_tvm.lowp import is_packed
+
+        builder = self._builder("global_subview")
+        if not isinstance(tensor, GlobalTensor):
+            raise ScriptError(f"global_subview: tensor must be a global view (self.global_view), got {tensor!r}")
+        if tensor.is_subview:
+            raise ScriptError(f"global_subview: {tensor.describe()} is a sub-view already; index "
+                              f"{tensor.parent.name} with all the leading indices at once")
+        if is_packed(tensor.dtype):
+            raise ScriptError(f"global_subview: {tensor.describe()} holds packed {tensor.dtype.name} elements; "
+                              f"sub-views support types of 8 bits or more")
+        if is_scalar(indices) and not isinstance(indices, (list, tuple)):
+            indices = [indices]
+        rank = len(tensor.shape)
+        if not isinstance(indices, (list, tuple)) or not 1 <= len(indices) < rank:
+            raise ScriptError(f"global_subview: indices {indices!r} must be 1 to {rank - 1} leading indices of "
+                              f"{tensor.describe()} (one per dimension would be an element)")
+        for d, (index, extent) in enumerate(zip(indices, tensor.shape)):
+            integer = isinstance(index, int) and not isinstance(index, bool) or \
+                is_expr(index) and expr_dtype(index).startswith(("int", "uint"))
+            if not integer:
+                raise ScriptError(f"global_subview: index {index!r} of dimension {d} must be an int or an integer "
+                                  f"scalar expression")
+            if isinstance(index, int) and isinstance(extent, int) and not 0 <= index < extent:
+                raise ScriptError(f"global_subview: index {index} is out of range for dimension {d} of "
+                                  f"{tensor.describe()}")
+        return builder.global_subview(tensor, indices)
+
     def register_tensor(self, dtype: DataType, shape: Sequence[int], layout: Optional[RegisterLayout] = None,
                         init: Any = None) -> RegisterTensor:
         """Allocate a register tensor of ``dtype`` and static ``shape``.

@@ -120,3 +120,23 @@ def test_defaults_given_or_not_share_one_key():
     assert implicit.fields["init"] == {"b_layout": "row", "dtype": "float16", "min_blocks": 1}
     column = engine.tuning_key(tunable_of(tilus.tune.tunable(Matmul, b_layout="col")), args, "sm_90")
     assert column.json != implicit.json
+
+
+def test_a_float_scalar_is_fixed_and_not_taken_for_a_tensor():
+    """RMSNorm's eps is a float32 scalar parameter: MetaSchedule's candidate has it fixed to the call's value,
+    and only the three tensors are in its argument info (in TVM 0.27 isinstance(var, tirx.Buffer) holds for
+    every Var, which once made every configuration fail with 'shape is only available on a Var with BufferType')."""
+    import torch
+
+    from tilus_tvm.schedules.norms import RMSNorm
+    from tilus_tvm.tune import measure
+
+    x, w = torch.zeros(100, 4096, dtype=torch.float16), torch.zeros(4096, dtype=torch.float16)
+    mod = RMSNorm(block_n=4096, dtype="float16", rows_per_block=2).lower(100, 4096, 1e-6, x, w, x, target="sm_90",
+                                                                        dps=True)
+    func = next(iter(mod.functions.values()))
+    assert [p.name for p in func.params if measure.is_scalar_param(p)] == ["eps"]
+    infos = measure.args_info(func, {"rows": 100, "eps": 1e-6})
+    assert len(infos) == 3 and list(infos[0].shape) == list(infos[2].shape) == [100, 4096]  # x, w, y
+    candidate = next(iter(measure.candidate_module(func, {"rows": 100, "eps": 1e-6}, "{}").functions.values()))
+    assert not any(measure.is_scalar_param(p) for p in candidate.params)

@@ -44,11 +44,18 @@ def build_scheduled(mod: tvm.IRModule, target: tvm.target.Target, _params: Optio
     return tvm.compile(mod, target=target, tir_pipeline="s_tir").mod
 
 
+def is_scalar_param(param) -> bool:
+    """Whether a PrimFunc parameter is a scalar. In TVM 0.27 a buffer parameter is a ``Var`` of
+    ``BufferType``, and ``isinstance(v, tvm.tirx.Buffer)`` holds for *every* ``Var``, so the type is
+    what tells them apart."""
+    return isinstance(param.ty, tvm.ir.PrimType)
+
+
 def candidate_module(prim_func, scalar_values: dict[str, Any], config_json: str) -> tvm.IRModule:
     """The module MetaSchedule builds for one configuration (see the module docstring)."""
     fixed = {}
     for param in prim_func.params:
-        if not isinstance(param, tvm.tirx.Buffer) and param.name in scalar_values:
+        if is_scalar_param(param) and param.name in scalar_values:
             fixed[param] = tvm.tirx.const(scalar_values[param.name], str(param.ty))
     func = prim_func.specialize(fixed) if fixed else prim_func
     func = func.with_attr("global_symbol", ENTRY).with_attr(CONFIG_ATTR, config_json)
@@ -61,7 +68,7 @@ def args_info(prim_func, scalar_values: dict[str, Any]) -> list:
 
     infos = []
     for param in prim_func.params:
-        if not isinstance(param, tvm.tirx.Buffer):  # (in TVM 0.27 a buffer parameter is also a Var)
+        if is_scalar_param(param):
             continue
         shape = []
         for dim in param.shape:

@@ -146,7 +146,8 @@ def test_view_checks_bits_and_threads():
             w = self.load_global(gw, offsets=[0, 0], shape=[32, 2], layout=spatial(32, 1).local(1, 2))
             self.view(w, dtype=dtypes.uint4b, layout=spatial(32, 1).local(1, 8))
 
-    with pytest.raises(ScriptError, match=r"64 bits .* gives 8 slots of 4 bits = 32"):
+    with pytest.raises(ScriptError, match=r"holds 2 x 32 bits of int32, but layout .* spreads 8 x 4 bits of uint4b "
+                                          r"over 32 threads: 64 bits per thread against 32"):
         BadView().tile_program(torch.zeros(64, dtype=torch.int32), target="sm_90")
 
     class NoLayout(tilus.Script):

@@ -50,8 +50,9 @@ class ViewInstructions(InstructionBase):
         thread: without ``layout`` only at the same width (``uint8`` as ``float8_e4m3``: x's shape and
         layout); give ``layout`` when the width changes. bool is rejected.
 
-        ``out``: a register tensor of the result's dtype and shape to write (for a per-thread view, in
-        ``layout`` if it has a layout), as the other ``out=`` forms.
+        ``out``: a register tensor of the result's dtype and shape to write, as the other ``out=``
+        forms; for a per-thread view it has no layout yet or the view's (``layout``, or x's when none
+        was given).
 
         >>> packed = self.view(x, dtype=uint32)              # float16[64, 16] -> uint32[64, 8]  # doctest: +SKIP
         >>> y = self.view(acc, layout=other, dtype=float32)  # same bits per thread             # doctest: +SKIP

@@ -45,9 +45,10 @@ def column_runs_layout(rows: int, cols: int, warps: int):
     return spatial(threads // cols, cols).local(rows * cols // threads, 1)
 
 
-def view_words(dtype, out_dtype, words_per_thread: int, warps: int = 4):
+def view_words(dtype, out_dtype, words_per_thread: int, warps: int = 4, into: bool = False):
     """Each thread loads ``words_per_thread`` int32 words, views them as ``dtype`` codes (a layout with
-    the codes of a thread consecutive along the last dimension), casts and stores [threads, codes]."""
+    the codes of a thread consecutive along the last dimension), casts and stores [threads, codes].
+    ``into``: the view writes a register tensor made beforehand (``out=``) in that layout."""
     from tilus_tvm.layout import local, spatial
 
     threads = warps * 32
@@ -61,7 +62,12 @@ def view_words(dtype, out_dtype, words_per_thread: int, warps: int = 4):
             gy = self.global_view(y_ptr, dtype=out_dtype, shape=[threads, codes])
             w = self.load_global(gw, offsets=[0, 0], shape=[threads, words_per_thread],
                                  layout=spatial(threads, 1).local(1, words_per_thread))
-            q = self.view(w, dtype=dtype, layout=spatial(threads, 1).local(1, codes))
+            codes_layout = spatial(threads, 1).local(1, codes)
+            if into:
+                q = self.register_tensor(dtype=dtype, shape=[threads, codes], layout=codes_layout)
+                self.view(w, dtype=dtype, layout=codes_layout, out=q)
+            else:
+                q = self.view(w, dtype=dtype, layout=codes_layout)
             self.store_global(gy, self.cast(q, out_dtype), offsets=[0, 0])
 
     return ViewWords()

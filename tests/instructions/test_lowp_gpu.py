@@ -106,10 +106,11 @@ def test_shared_round_trip(name):
     assert torch.equal(y, x)
 
 
-def test_view_words_as_u4_codes():
+@pytest.mark.parametrize("into", [False, True], ids=["new", "out="])
+def test_view_words_as_u4_codes(into):
     words = torch.randint(-2**31, 2**31 - 1, (128, 4), dtype=torch.int32)
     y = torch.full((128, 32), float("nan"), dtype=torch.float16, device="cuda")
-    K.view_words(dtypes.uint4b, dtypes.float16, words_per_thread=4)(words.cuda(), y)
+    K.view_words(dtypes.uint4b, dtypes.float16, words_per_thread=4, into=into)(words.cuda(), y)
     codes = lowp.unpack_codes(words.view(torch.uint8).reshape(-1), 4, 128 * 32).reshape(128, 32)
     assert torch.equal(y.cpu(), codes.to(torch.float16))
 

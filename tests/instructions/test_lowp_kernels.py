@@ -94,13 +94,15 @@ def test_shared_round_trip_lowers():
         assert "st.shared" in ptx and "ld.shared" in ptx
 
 
-def test_view_words_as_codes():
-    kernel = K.view_words(dtypes.uint4b, dtypes.float16, words_per_thread=4)
+@pytest.mark.parametrize("into", [False, True], ids=["new", "out="])
+def test_view_words_as_codes(into):
+    kernel = K.view_words(dtypes.uint4b, dtypes.float16, words_per_thread=4, into=into)
     ptx = ptx_of(kernel, torch.zeros(128, 4, dtype=torch.int32), torch.zeros(128, 32, dtype=torch.float16))
     assert re.search(r"ld\.global(\.nc)?\.v4\.[ub]32", ptx)
     program = str(kernel.tile_program(torch.zeros(128, 4, dtype=torch.int32), torch.zeros(128, 32, dtype=torch.float16),
                                       target="sm_90"))
     assert "register_view(x=" in program and "convert_layout" not in program
+    assert ("%q = register_view(x=%w)" in program) == into  # the view writes the tensor made for it
 
 
 def test_relayout_and_init_lower():
@@ -146,7 +148,8 @@ def test_view_checks_bits_and_threads():
             w = self.load_global(gw, offsets=[0, 0], shape=[32, 2], layout=spatial(32, 1).local(1, 2))
             self.view(w, dtype=dtypes.uint4b, layout=spatial(32, 1).local(1, 8))
 
-    with pytest.raises(ScriptError, match=r"64 bits .* gives 8 slots of 4 bits = 32"):
+    with pytest.raises(ScriptError, match=r"holds 2 x 32 bits of int32, but layout .* spreads 8 x 4 bits of uint4b "
+                                          r"over 32 threads: 64 bits per thread against 32"):
         BadView().tile_program(torch.zeros(64, dtype=torch.int32), target="sm_90")
 
     class NoLayout(tilus.Script):
@@ -158,3 +161,41 @@ def test_view_checks_bits_and_threads():
 
     with pytest.raises(ScriptError, match="needs layout="):
         NoLayout().tile_program(torch.zeros(32, dtype=torch.int32), target="sm_90")
+
+
+def test_a_packed_view_writes_into_out():
+    """out= of a packed view: its layout must be the view's, its dtype and shape the view's; without a
+    layout (the same width) the view has x's layout, which out must have too."""
+    from tilus_tvm.layout import spatial
+
+    class Into(tilus.Script):
+        def __init__(self, case):
+            super().__init__()
+            self.case = case
+
+        def __call__(self, w_ptr: ~dtypes.int32, y_ptr: ~dtypes.float8_e4m3):
+            self.attrs.blocks = 1
+            self.attrs.warps = 1
+            gw = self.global_view(w_ptr, dtype=dtypes.int32, shape=[32, 2])
+            w = self.load_global(gw, offsets=[0, 0], shape=[32, 2], layout=spatial(32, 1).local(1, 2))
+            codes = spatial(32, 1).local(1, 16)
+            q = self.register_tensor(dtype=dtypes.uint4b, shape=[32, 16], layout=spatial(16, 2).local(2, 8)
+                                     if self.case == "layout" else codes)
+            self.view(w, dtype=dtypes.int4b if self.case == "dtype" else dtypes.uint4b, layout=codes, out=q)
+            b = self.view(w, dtype=dtypes.uint8, layout=spatial(32, 1).local(1, 8))  # 8 bytes -> 8 fp8 codes
+            y = self.register_tensor(dtype=dtypes.float8_e4m3, shape=[32, 8],
+                                     layout=spatial(32, 1).local(1, 8) if self.case != "same_width" else
+                                     spatial(8, 4).local(4, 2))
+            self.view(b, dtype=dtypes.float8_e4m3, out=y)
+            self.store_global(self.global_view(y_ptr, dtype=dtypes.float8_e4m3, shape=[32, 8]), y, offsets=[0, 0])
+
+    args = (torch.zeros(32, 2, dtype=torch.int32), tensor_for("float8_e4m3", 256))
+    program = str(Into("ok").tile_program(*args, target="sm_90"))
+    assert "%q = register_view(x=%w)" in program and "%y = register_view(x=%b)" in program
+    ptx_of(Into("ok"), *args)
+    for case, message in [("layout", r"view: out q: uint4b\[32, 16\] has layout .*, not the layout given to the view"),
+                          ("dtype", r"view: out q: uint4b\[32, 16\] must be a register tensor of dtype int4b"),
+                          ("same_width", r"view: out y: float8_e4m3\[32, 8\] has layout .*, not the layout of b: "
+                                         r"uint8\[32, 8\]")]:
+        with pytest.raises(ScriptError, match=message):
+            Into(case).tile_program(*args, target="sm_90")

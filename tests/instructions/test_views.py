@@ -6,7 +6,7 @@ import torch
 import tvm
 
 import tilus_tvm as tilus
-from tilus_tvm import float16, float32, int32, int4b
+from tilus_tvm import float16, float32, int32, int4b, uint4b, void
 from tilus_tvm.errors import CompileError, ScriptError
 from tests.instructions import tile_ops as T
 
@@ -18,15 +18,22 @@ def private_cache(tmp_path):
     tilus.set_cache_dir(None)
 
 
-def per_thread_reference(x):
-    """Thread t's slot s of PER_THREAD_OUT holds the bits of its slot s of PER_THREAD_IN."""
-    bits = x.view(torch.int32).cpu()
-    out = torch.zeros(32, 32, dtype=torch.int32)
-    source, target = T.PER_THREAD_IN, T.PER_THREAD_OUT
+def per_thread_reference(x, target=T.PER_THREAD_OUT, dtype=int32):
+    """Each thread's elements of x in PER_THREAD_IN, slot 0 first, as bytes; read as ``dtype`` into its
+    slots of ``target``."""
+    source, held = T.PER_THREAD_IN, x.cpu()
+    out = torch.zeros(list(target.shape), dtype=dtype.torch_dtype)
     for thread in range(128):
-        for slot in range(8):
-            out[target.logical(thread, slot)] = bits[source.logical(thread, slot)]
+        slots = torch.stack([held[source.logical(thread, slot)] for slot in range(source.local_size)])
+        values = slots.view(torch.uint8).view(dtype.torch_dtype)
+        for slot in range(target.local_size):
+            out[target.logical(thread, slot)] = values[slot]
     return out.to(x.device)
+
+
+def widths_reference(case):
+    dtype, layout = T.PER_THREAD_WIDTHS[case]
+    return lambda x, i: per_thread_reference(x, layout, dtype)
 
 
 # case, layout, input dtype, (m, n), free (no shared memory), reference(x, i)
@@ -58,6 +65,8 @@ CASES = [
     ("view_same_width", "default", float32, (32, 32), True, lambda x, i: x.view(torch.int32)),
     ("view_split", "default", int32, (32, 32), True, lambda x, i: x.view(torch.float16)),
     ("view_per_thread", "per_thread", float32, (32, 32), True, lambda x, i: per_thread_reference(x)),
+    ("view_per_thread_f16", "per_thread", float32, (32, 32), True, widths_reference("view_per_thread_f16")),
+    ("view_per_thread_f64", "per_thread", float32, (32, 32), True, widths_reference("view_per_thread_f64")),
 ]
 IDS = [f"{case}-{layout}" for case, layout, *_ in CASES]
 
@@ -118,6 +127,8 @@ class Bad(tilus.Script):
             self.view(x, dtype=int4b)
         if self.case == "view_bool":
             self.view(x > 0.0, dtype=int32)
+        if self.case == "view_bool_codes":
+            self.view(x > 0.0, dtype=uint4b, layout=T.spatial(8, 4).local(1, 4))
         if self.case == "view_bits":
             self.view(x, layout=T.spatial(8, 4).local(1, 4), dtype=int32)
         if self.case == "slice_step":
@@ -142,6 +153,7 @@ class Bad(tilus.Script):
     ("view_nothing", "view: give a dtype, a layout or both"),
     ("view_sub_byte", "changes the element width .32 -> 4 bits., so the view needs layout="),
     ("view_bool", "view: dtype bool cannot be viewed bit for bit"),
+    ("view_bool_codes", "view: dtype bool cannot be viewed bit for bit"),
     ("view_bits", r"view: each of the 32 threads of layout .* holds 2 x 32 bits of float32, but layout .* spreads "
                   r"4 x 32 bits of int32"),
     ("slice_step", "slices with a step are not supported"),
@@ -174,6 +186,91 @@ def test_a_per_thread_view_that_does_not_fit_the_inferred_layout_is_a_compile_er
         LateBitView().compile(torch.zeros(8, 8), torch.zeros(8, 16, dtype=torch.int32), target="sm_80")
 
 
+class PerThreadView(tilus.Script):
+    """x [8, 8] (float32; int32 words when ``packed``) viewed per thread as int32 (uint4b codes) in
+    ``layout``. x's layout is given (spatial(8, 4).local(1, 2): 2 x 32 bits per thread) or, ``late``,
+    inferred (the default layout holds as many bits)."""
+
+    def __init__(self, packed, layout, late=False):
+        super().__init__()
+        self.packed, self.layout, self.late = packed, layout, late
+
+    def __call__(self, x_ptr: ~void):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        dtype = int32 if self.packed else float32
+        g = self.global_view(x_ptr, dtype=dtype, shape=[8, 8])
+        x = self.load_global(g, offsets=[0, 0], shape=[8, 8], layout=None if self.late else T.spatial(8, 4).local(1, 2))
+        if self.late:
+            x = x + x
+            self.store_global(g, x, offsets=[0, 0])
+        self.view(x, dtype=uint4b if self.packed else int32, layout=self.layout)
+
+
+# packed, layout of the view, what the message says after "holds 2 x 32 bits of <x's dtype>, but layout .* spreads"
+UNFIT_VIEWS = [
+    (False, T.spatial(8, 4).local(1, 4), "4 x 32 bits of int32 over 32 threads: 64 bits per thread against 128"),
+    (True, T.spatial(8, 4).local(1, 8), "8 x 4 bits of uint4b over 32 threads: 64 bits per thread against 32"),
+    (False, T.spatial(4, 4).local(1, 2), "2 x 32 bits of int32 over 16 threads: 64 bits per thread against 64"),
+    (True, T.spatial(4, 4).local(1, 16), "16 x 4 bits of uint4b over 16 threads: 64 bits per thread against 64"),
+]
+
+
+@pytest.mark.parametrize("packed, layout, spreads", UNFIT_VIEWS,
+                         ids=["bits", "bits-packed", "threads", "threads-packed"])
+def test_a_per_thread_view_that_moves_bits_between_threads_is_one_error(packed, layout, spreads):
+    """Plain and packed dtypes: one check, a ScriptError at the view's line when x's layout is known,
+    a CompileError with the same message once inference gave it."""
+    x = torch.zeros(8, 8, dtype=torch.int32 if packed else torch.float32)
+    message = (rf"view: each of the 32 threads of layout .* holds 2 x 32 bits of {'int32' if packed else 'float32'}, "
+               rf"but layout .* spreads {spreads} .*a view keeps every bit in its thread")
+    with pytest.raises(ScriptError, match=message) as built:
+        PerThreadView(packed, layout).tile_program(x, target="sm_80")
+    assert built.type is ScriptError and "self.view(x, dtype=" in str(built.value)
+    with pytest.raises(CompileError, match=message):
+        PerThreadView(packed, layout, late=True).compile(x, target="sm_80")
+
+
+def test_every_per_thread_view_is_a_register_view():
+    """A layout or a packed dtype: RegisterView (emitted by register_bits); neither: the row-major ViewRegister."""
+    x = torch.zeros(32, 32)
+    program = str(T.View("view_per_thread", "per_thread").tile_program(0, x, x.int(), target="sm_80"))
+    assert "= register_view(x=%x)" in program and "view_register" not in program
+    program = str(T.View("view_u32", "default", float16).tile_program(0, x.half(), torch.zeros(32, 16, dtype=torch.int32),
+                                                                      target="sm_80"))
+    assert "= view_register(x=%x)" in program and "register_view" not in program
+
+
+class ViewInto(tilus.Script):
+    """The per-thread view of case view_per_thread (PER_THREAD_IN as int32 in PER_THREAD_OUT) written
+    into ``out=y``, a register tensor of ``y_dtype`` made in ``y_layout`` (None: it takes the view's)."""
+
+    def __init__(self, y_layout=None, y_dtype=int32):
+        super().__init__()
+        self.y_layout, self.y_dtype = y_layout, y_dtype
+
+    def __call__(self, x_ptr: ~float32, out_ptr: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = T.WARPS
+        x = self.load_global(self.global_view(x_ptr, dtype=float32, shape=[32, 32]), offsets=[0, 0], shape=[32, 32],
+                             layout=T.PER_THREAD_IN)
+        y = self.register_tensor(dtype=self.y_dtype, shape=[32, 32], layout=self.y_layout)
+        self.view(x, dtype=int32, layout=T.PER_THREAD_OUT, out=y)
+        self.store_global(self.global_view(out_ptr, dtype=int32, shape=[32, 32]), y, offsets=[0, 0])
+
+
+def test_a_per_thread_view_writes_into_out():
+    args = (torch.zeros(32, 32), torch.zeros(32, 32, dtype=torch.int32))
+    program = str(ViewInto().tile_program(*args, target="sm_80"))
+    assert f"%y: register int32[32, 32] layout={T.PER_THREAD_OUT!r} = allocate_register(init=None)" in program
+    assert "\n    %y = register_view(x=%x)\n" in program
+    with pytest.raises(ScriptError, match=r"view: out y: int32\[32, 32\] has layout .*, not the layout given to the "
+                                          r"view: RegisterLayout"):
+        ViewInto(T.PER_THREAD_IN).tile_program(*args, target="sm_80")
+    with pytest.raises(ScriptError, match=r"view: out y: float32\[32, 32\] must be a register tensor of dtype int32"):
+        ViewInto(y_dtype=float32).tile_program(*args, target="sm_80")
+
+
 # --- GPU ----------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -193,6 +290,14 @@ def test_matches_torch(case):
         assert torch.equal(out, expected)
     else:
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_per_thread_view_into_out_matches_torch():
+    x = torch.randn(32, 32, device="cuda")
+    out = torch.full((32, 32), -1, dtype=torch.int32, device="cuda")
+    ViewInto()(x, out)
+    assert torch.equal(out, per_thread_reference(x))
 
 
 # --- x[index] = value ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ under test (named by a string, dispatched in :func:`apply`), and stores the resu
 Layouts named in ``LAYOUTS`` put the input tile in a chosen register layout (an mma accumulator
 tiled over 4 warps, rows spread over warps, column-major threads, fewer threads than the block)."""
 import tilus_tvm as tilus
-from tilus_tvm import boolean, float16, float32, int32, void
+from tilus_tvm import boolean, float16, float32, float64, int32, void
 from tilus_tvm.layout import column_spatial, local, spatial
 
 WARPS = 4
@@ -218,9 +218,12 @@ class Scan(tilus.Script):
             self.store_global(go, self.scan(x, dim=self.dim, op=self.op, exclusive=self.exclusive), offsets=[0, 0])
 
 
-# a per-thread bit view: every thread's 8 float32 registers of PER_THREAD_IN read as int32 in PER_THREAD_OUT
+# a per-thread bit view: every thread's 8 float32 registers of PER_THREAD_IN read as int32 in PER_THREAD_OUT,
+# and the same 256 bits per thread as 16 float16 or 4 float64 (other widths: bits split or joined)
 PER_THREAD_IN = spatial(16, 8).local(2, 4)
 PER_THREAD_OUT = local(4, 1).spatial(8, 16).local(1, 2)
+PER_THREAD_WIDTHS = {"view_per_thread_f16": (float16, local(4, 1).spatial(8, 16).local(1, 4)),
+                     "view_per_thread_f64": (float64, local(2, 1).spatial(8, 16).local(1, 2))}
 
 
 def view_case(s, case, x, i):
@@ -271,6 +274,9 @@ def view_case(s, case, x, i):
         return s.view(x, dtype=float16)
     if case == "view_per_thread":
         return s.view(x, layout=PER_THREAD_OUT, dtype=int32)
+    if case in PER_THREAD_WIDTHS:
+        dtype, layout = PER_THREAD_WIDTHS[case]
+        return s.view(x, layout=layout, dtype=dtype)
     raise ValueError(case)
 
 

@@ -15,6 +15,8 @@ its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.regist
     print_tensor.py    PrintTensor
     views.py           ReshapeRegister, PermuteRegister, SliceRegister, ViewRegister, SliceAssignRegister,
                        TensorItemPtr
+    register_bits.py   RegisterView (every per-thread bit view, free ViewRegisters too), AllocateRegister
+                       and ConvertLayout of packed tensors
     scan.py            Scan
 
 Importing this package registers all of them.

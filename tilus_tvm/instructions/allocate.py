@@ -10,7 +10,7 @@ from __future__ import annotations
 from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext, const
-from tilus_tvm.instructions import packed_registers
+from tilus_tvm.instructions import register_bits
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.values import is_scalar
@@ -21,8 +21,8 @@ def emit_allocate_register(ctx: CodegenContext, inst: ir.AllocateRegister) -> No
     if inst.init is None:
         return
     out = inst.output
-    if is_packed(out.dtype):  # codes packed into words: packed_registers.py
-        return packed_registers.emit_packed_allocate(ctx, inst)
+    if is_packed(out.dtype):  # codes packed into words: register_bits.py
+        return register_bits.emit_packed_allocate(ctx, inst)
     buf = ctx.reg(out)
     with Tb.unroll(0, out.layout.local_size) as i:
         if is_scalar(inst.init):  # (TVM expressions are callable too, so test for a scalar first)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext, row_major_linear, sync_threads
-from tilus_tvm.instructions import packed_registers
+from tilus_tvm.instructions import register_bits
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.lowp import is_packed
@@ -18,8 +18,8 @@ from tilus_tvm.lowp import is_packed
 def emit_convert_layout(ctx: CodegenContext, inst: ir.ConvertLayout) -> None:
     """Through shared memory: owners write every element at its row-major position, all read back."""
     src, out = inst.x, inst.output
-    if is_packed(src.dtype):  # one byte per code: packed_registers.py
-        return packed_registers.emit_packed_convert_layout(ctx, inst)
+    if is_packed(src.dtype):  # one byte per code: register_bits.py
+        return register_bits.emit_packed_convert_layout(ctx, inst)
     scratch = ctx.shared_view(ctx.plan.offset_of(inst), src.dtype, src.size, f"{out.name}_scratch")
     src_buf, dst_buf = ctx.reg(src), ctx.reg(out)
     sync_threads()  # the scratch may overlap memory other threads were still reading
@@ -34,5 +34,5 @@ def emit_convert_layout(ctx: CodegenContext, inst: ir.ConvertLayout) -> None:
 
 
 register(ir.ConvertLayout, emit=emit_convert_layout,
-         scratch=lambda inst: (packed_registers.convert_scratch_bytes(inst) if is_packed(inst.x.dtype)
+         scratch=lambda inst: (register_bits.convert_scratch_bytes(inst) if is_packed(inst.x.dtype)
                                else inst.x.dtype.storage_bytes(inst.x.size)))

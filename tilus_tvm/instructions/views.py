@@ -9,9 +9,10 @@ one back from its output where that is possible. When the output has another lay
 exists, or a later use fixed it), the view is a gather through shared memory.
 
 Scratch: none for a free view; the input tile, row-major, otherwise. Emitter: a free view copies
-register slots (nvcc removes the copies); a per-thread bit view packs or splits the bits of each
-thread's registers; a gather writes the input row-major to shared memory (its first replicas) and
-every thread reads the elements of its output slots back.
+register slots (nvcc removes the copies); a free ``ViewRegister`` reads each thread's bits in the
+output's dtype (:func:`~tilus_tvm.instructions.register_bits.copy_bits`, the emitter of the
+per-thread ``RegisterView`` too); a gather writes the input row-major to shared memory (its first
+replicas) and every thread reads the elements of its output slots back.
 """
 from __future__ import annotations
 
@@ -21,12 +22,13 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext, const, row_major_linear, shared_offset, sync_threads
-from tilus_tvm.errors import CompileError, LayoutError, ScriptError
+from tilus_tvm.errors import LayoutError
 from tilus_tvm.instructions.elementwise import set_layout
+from tilus_tvm.instructions.register_bits import copy_bits
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor
 from tilus_tvm.ir.tensor_ops import (PermuteRegister, ReshapeRegister, SliceAssignRegister, SliceRegister,
-                                     TensorItemPtr, ViewRegister, check_per_thread_view, element_index_map)
+                                     TensorItemPtr, ViewRegister, element_index_map)
 from tilus_tvm.layout.register import RegisterLayout
 from tilus_tvm.layout.register_ops import local_slice, merge_local, permute, reshape, split_local
 
@@ -60,8 +62,6 @@ def free_layout(inst: Any, x_layout: RegisterLayout) -> Optional[RegisterLayout]
         sliced = _attempt(local_slice, x_layout, list(inst.offsets), inst.extents())
         return None if sliced is None else _attempt(reshape, sliced, list(out.shape))
     if isinstance(inst, ViewRegister):
-        if inst.per_thread:
-            return out.layout
         kind, factor = _width_ratio(inst)
         return x_layout if kind == "same" else _attempt(merge_local if kind == "merge" else split_local,
                                                         x_layout, factor)
@@ -100,8 +100,6 @@ def propagate_view(inst: Any) -> bool:
 
 def is_free(inst: Any) -> bool:
     """Whether the view moves no element between threads (decided once layouts are known)."""
-    if isinstance(inst, ViewRegister) and inst.per_thread:
-        return True
     return inst.output.layout == free_layout(inst, inst.x.layout)
 
 
@@ -111,16 +109,10 @@ def view_scratch_bytes(inst: Any) -> int:
 
 # --- emitters --------------------------------------------------------------------------------------
 def emit_view(ctx: CodegenContext, inst: Any) -> None:
-    x, out = inst.x, inst.output
-    if isinstance(inst, ViewRegister) and inst.per_thread:
-        try:
-            check_per_thread_view(x.layout, x.dtype, out.layout, out.dtype)
-        except ScriptError as err:
-            raise CompileError(str(err)) from None
     if not is_free(inst):
         _gather_through_shared(ctx, inst)
-    elif isinstance(inst, ViewRegister):
-        _emit_bit_view(ctx, inst)
+    elif isinstance(inst, ViewRegister):  # the free layout keeps each thread's bits in order
+        copy_bits(ctx, inst.x, inst.output)
     elif isinstance(inst, SliceRegister):
         _emit_slot_copy(ctx, inst, _slice_slots(inst))
     else:
@@ -145,42 +137,6 @@ def _slice_slots(inst: SliceRegister) -> list[int]:
     out_layout, x_layout = inst.output.layout, inst.x.layout
     source = element_index_map(inst)
     return [x_layout.local_of(source(list(out_layout.logical(0, j)))) for j in range(out_layout.local_size)]
-
-
-def _as_bits(value: Any, dtype) -> Any:
-    unsigned = f"uint{dtype.nbits}"
-    return value if dtype.tvm_name == unsigned else tirx.reinterpret(unsigned, value)
-
-
-def _from_bits(bits: Any, dtype) -> Any:
-    return bits if dtype.tvm_name == f"uint{dtype.nbits}" else tirx.reinterpret(dtype.tvm_name, bits)
-
-
-def _emit_bit_view(ctx: CodegenContext, inst: ViewRegister) -> None:
-    """Each thread's registers, concatenated from slot 0 up (little-endian), re-read as the output."""
-    x, out = inst.x, inst.output
-    src, dst = ctx.reg(x), ctx.reg(out)
-    x_bits, out_bits = x.dtype.nbits, out.dtype.nbits
-    wide = f"uint{out_bits}"
-    for j in range(out.layout.local_size):
-        if out_bits == x_bits:
-            value = src[j] if x.dtype == out.dtype else tirx.reinterpret(out.dtype.tvm_name, src[j])
-        elif out_bits > x_bits:  # pack k narrow registers into one
-            k = out_bits // x_bits
-            bits = None
-            for t in range(k):
-                part = tirx.Cast(wide, _as_bits(src[j * k + t], x.dtype))
-                if t:
-                    part = tirx.shift_left(part, tirx.const(t * x_bits, wide))
-                bits = part if bits is None else tirx.bitwise_or(bits, part)
-            value = _from_bits(bits, out.dtype)
-        else:  # take one part of a wide register
-            k = x_bits // out_bits
-            bits = _as_bits(src[j // k], x.dtype)
-            if j % k:
-                bits = tirx.shift_right(bits, tirx.const((j % k) * out_bits, f"uint{x_bits}"))
-            value = _from_bits(tirx.Cast(wide, bits), out.dtype)
-        Tb.buffer_store(dst, value, [j])
 
 
 def _gather_through_shared(ctx: CodegenContext, inst: Any) -> None:

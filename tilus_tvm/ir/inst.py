@@ -296,10 +296,14 @@ class ReleaseSemaphore(Instruction):
 
 @dataclass(eq=False)
 class RegisterView(Instruction):
-    """``output`` holds ``x``'s bits, reinterpreted: each thread's register storage read as another dtype,
-    shape and layout (``self.view``). Both spread over the same threads, and a thread's slots hold the
-    same number of bits in both (``local_size * nbits``); slot ``s`` of ``output`` is bits
-    ``[s*N, s*N + N)`` of the thread's slots of ``x`` laid end to end."""
+    """``output`` holds ``x``'s bits, reinterpreted per thread (``self.view`` with a layout, or with a
+    packed low-precision type): each thread's register storage read as another dtype, shape and layout.
+    Both spread over the same threads, and a thread's slots hold the same number of bits in both
+    (``local_size * nbits``, checked by :func:`tilus_tvm.ir.tensor_ops.check_register_view`); slot
+    ``s`` of ``output`` is bits ``[s*N, s*N + N)`` of the thread's slots of ``x`` laid end to end, slot 0
+    lowest (``N`` the output's bit width). Any dtype but bool; emitted by
+    :mod:`tilus_tvm.instructions.register_bits`. The row-major view is
+    :class:`tilus_tvm.ir.tensor_ops.ViewRegister`."""
 
     output: RegisterTensor
     x: RegisterTensor

@@ -8,7 +8,9 @@ it into one instruction when it is bound or used (:meth:`tilus_tvm.ir.builder.Bu
 Views (``ReshapeRegister``, ``PermuteRegister``, ``SliceRegister``, ``ViewRegister``) keep every
 element in the thread and register that held it whenever the layouts allow (layout inference gives
 the output that layout); otherwise the data goes through shared memory
-(:mod:`tilus_tvm.instructions.views`).
+(:mod:`tilus_tvm.instructions.views`). ``self.view`` with a layout or a packed type is the per-thread
+bit view :class:`~tilus_tvm.ir.inst.RegisterView`, built here too (:func:`view_value`) and emitted by
+:mod:`tilus_tvm.instructions.register_bits`.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
-from tilus_tvm.ir.inst import Instruction
+from tilus_tvm.ir.inst import Instruction, RegisterView
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus_tvm.ir.values import TensorValue, describe, is_scalar, is_tensor_like
 
@@ -89,16 +91,12 @@ class SliceAssignRegister(Instruction):
 
 @dataclass(eq=False)
 class ViewRegister(Instruction):
-    """The bits of ``x`` read as ``output``'s dtype.
-
-    ``per_thread`` (an explicit layout was given): each thread's registers, concatenated from slot
-    0 up (little-endian), are re-read in ``output``'s layout. Otherwise the tile's row-major bytes are
-    re-read, the last dimension scaled by the ratio of the element widths.
-    """
+    """The tile's row-major bytes read as ``output``'s dtype, the last dimension scaled by the ratio of
+    the element widths (``self.view`` without a layout, types of 8 to 64 bits). The per-thread view,
+    with a layout or a packed type, is :class:`tilus_tvm.ir.inst.RegisterView`."""
 
     output: RegisterTensor
     x: RegisterTensor
-    per_thread: bool = False
 
 
 @dataclass(eq=False)
@@ -287,37 +285,27 @@ def slice_assign(builder: Any, dst: Any, index: Any, value: Any) -> None:
     builder.emit(SliceAssignRegister(dst, value, tuple(offsets), tuple(dims), tuple(extents)))
 
 
-def _bit_width(op: str, dtype: DataType) -> int:
-    if dtype is dtypes.boolean or dtype.tvm_name is None or dtype.nbits % 8 or dtype.nbits > 64:
-        raise ScriptError(f"{op}: dtype {dtype.name} cannot be viewed bit for bit in registers (bool, sub-byte "
-                          f"types and types without a TVM scalar type are not supported)")
-    return dtype.nbits
+def _reject_bool(dtype: DataType) -> None:
+    if dtype is dtypes.boolean:
+        raise ScriptError("view: dtype bool cannot be viewed bit for bit in registers (a bool register holds no "
+                          "defined bit pattern); convert it to an integer type first")
 
 
 def view_value(x: Any, dtype: Any = None, layout: Any = None) -> OpValue:
-    """The bits of ``x`` as ``dtype``, per thread in ``layout`` or row-major (see :class:`ViewRegister`)."""
-    from tilus_tvm.layout.register import RegisterLayout
+    """The bits of ``x`` as ``dtype``: per thread in ``layout`` when one is given or a packed
+    low-precision type is involved (:class:`~tilus_tvm.ir.inst.RegisterView`, checked by
+    :func:`check_register_view`), else the tile's row-major bytes (:class:`ViewRegister`)."""
+    from tilus_tvm.lowp import is_packed
 
     _require_tensor("view", x)
     dtype = x.dtype if dtype is None else dtypes.as_dtype(dtype)
-    x_bits, bits = _bit_width("view", x.dtype), _bit_width("view", dtype)
-    if layout is not None:
-        if not isinstance(layout, RegisterLayout):
-            raise ScriptError(f"view: layout must be a RegisterLayout, got {layout!r}")
-        if isinstance(x, RegisterTensor) and x.layout is not None:
-            check_per_thread_view(x.layout, x.dtype, layout, dtype)
-        def build(out: RegisterTensor, src: RegisterTensor) -> ViewRegister:
-            if out.layout is None:
-                out.layout = layout
-            elif out.layout != layout:
-                raise ScriptError(f"view: out {out.describe()} has layout {out.layout}, not the layout {layout} "
-                                  f"given to the view")
-            return ViewRegister(out, src, True)
-
-        return OpValue("view", (x,), dtype, tuple(layout.shape), build=build)
+    _reject_bool(x.dtype)
+    _reject_bool(dtype)
+    if layout is not None or is_packed(x.dtype) or is_packed(dtype):
+        return _register_view_value(x, dtype, layout)
     if not x.shape:
         raise ScriptError(f"view: {describe(x)} has no last dimension to rescale")
-    last = x.shape[-1]
+    x_bits, bits, last = x.dtype.nbits, dtype.nbits, x.shape[-1]
     if bits >= x_bits:
         if bits % x_bits or (last * x_bits) % bits:
             raise ScriptError(f"view: the last dimension of {describe(x)} ({last} x {x_bits} bits) is not a whole "
@@ -327,18 +315,54 @@ def view_value(x: Any, dtype: Any = None, layout: Any = None) -> OpValue:
         if x_bits % bits:
             raise ScriptError(f"view: a {x.dtype.name} element is not a whole number of {dtype.name} elements")
         new_last = last * (x_bits // bits)
-    return OpValue("view", (x,), dtype, tuple(x.shape[:-1]) + (new_last,),
-                   build=lambda out, src: ViewRegister(out, src, False))
+    return OpValue("view", (x,), dtype, tuple(x.shape[:-1]) + (new_last,), build=ViewRegister)
 
 
-def check_per_thread_view(x_layout: Any, x_dtype: DataType, layout: Any, dtype: DataType) -> None:
-    """A per-thread view needs the same threads and the same bits per thread on both sides."""
-    if x_layout.num_threads != layout.num_threads or x_layout.local_size * x_dtype.nbits != layout.local_size * \
-            dtype.nbits:
-        raise ScriptError(f"view: each of the {x_layout.num_threads} threads of layout {x_layout} holds "
-                          f"{x_layout.local_size} x {x_dtype.nbits} bits of {x_dtype.name}, but layout {layout} "
-                          f"spreads {layout.local_size} x {dtype.nbits} bits of {dtype.name} over "
-                          f"{layout.num_threads} threads; a view keeps every thread's bits")
+def _register_view_value(x: Any, dtype: DataType, layout: Any) -> OpValue:
+    """The per-thread view: ``layout`` (or, with none, x's shape and layout: same widths only)."""
+    from tilus_tvm.layout.register import RegisterLayout
+
+    if layout is None:
+        if dtype.nbits != x.dtype.nbits:
+            raise ScriptError(f"view: {describe(x)} as {dtype.name} changes the element width "
+                              f"({x.dtype.nbits} -> {dtype.nbits} bits), so the view needs layout=... "
+                              f"(a RegisterLayout giving each thread {x.dtype.nbits}/{dtype.nbits} times "
+                              f"as many slots)")
+        shape = tuple(x.shape)
+    else:
+        if not isinstance(layout, RegisterLayout):
+            raise ScriptError(f"view: layout must be a RegisterLayout, got {layout!r}")
+        shape = tuple(layout.shape)
+        if isinstance(x, RegisterTensor) and x.layout is not None:
+            check_register_view(x, layout, dtype)
+
+    def build(out: RegisterTensor, src: RegisterTensor) -> RegisterView:
+        wanted = layout if layout is not None else src.layout
+        if out.layout is None:
+            out.layout = wanted
+        elif wanted is not None and out.layout != wanted:
+            given = "the layout given to the view" if layout is not None else f"the layout of {src.describe()}"
+            raise ScriptError(f"view: out {out.describe()} has layout {out.layout}, not {given}: {wanted}")
+        if src.layout is not None and out.layout is not None:
+            check_register_view(src, out.layout, out.dtype)
+        return RegisterView(out, src)
+
+    return OpValue("view", (x,), dtype, shape, build=build)
+
+
+def check_register_view(x: RegisterTensor, layout: Any, dtype: DataType, error: type = ScriptError) -> None:
+    """A per-thread view keeps every thread's bits: ``layout`` spreads over the threads of
+    ``x.layout`` and gives each of them as many bits (``local_size * nbits``). Raises ``error``:
+    :class:`ScriptError` when the script is built, :class:`CompileError` when the view is emitted
+    (the layouts were inferred)."""
+    x_layout = x.layout
+    x_bits, bits = x_layout.local_size * x.dtype.nbits, layout.local_size * dtype.nbits
+    if x_layout.num_threads != layout.num_threads or x_bits != bits:
+        raise error(f"view: each of the {x_layout.num_threads} threads of layout {x_layout} holds "
+                    f"{x_layout.local_size} x {x.dtype.nbits} bits of {x.dtype.name}, but layout {layout} spreads "
+                    f"{layout.local_size} x {dtype.nbits} bits of {dtype.name} over {layout.num_threads} threads: "
+                    f"{x_bits} bits per thread against {bits} ({x.describe()}); a view keeps every bit in its "
+                    f"thread, so both layouts must spread over the same threads and give each as many bits")
 
 
 SCAN_OPS = ("add", "mul", "max", "min", "and", "or", "xor")

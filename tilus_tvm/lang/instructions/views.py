@@ -13,20 +13,13 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
-from tilus_tvm import dtypes
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir.tensor import RegisterTensor, SharedTensor
 from tilus_tvm.ir.tensor_ops import (normalize_dims, permute_value, reshape_value, squeeze_value, transpose_value,
                                      unsqueeze_value, view_value)
-from tilus_tvm.lang.instructions.memory import InstructionBase, check_shape
+from tilus_tvm.lang.instructions.memory import InstructionBase, check_layout, check_shape
 from tilus_tvm.layout.register import RegisterLayout
-
-
-def _packed(dtype: Any) -> bool:
-    from tilus_tvm.lowp import is_packed
-
-    return dtype is not None and is_packed(dtypes.as_dtype(dtype))
 
 
 class ViewInstructions(InstructionBase):
@@ -43,7 +36,9 @@ class ViewInstructions(InstructionBase):
         With ``layout``: every thread's registers, concatenated from slot 0 up (little-endian), are
         read in the new layout and dtype, so ``x.dtype.nbits * x.layout.local_size`` must equal
         ``dtype.nbits * layout.local_size`` and both layouts must span the same threads (as Tilus's
-        ``view``). The result has ``layout.shape``.
+        ``view``): checked here when x's layout is known, else when the kernel is compiled. The result
+        has ``layout.shape``. Any widths work: ``float16`` pairs <-> ``int32``, ``int32`` words <-> 8
+        ``uint4b`` codes or 4 ``uint8``, ``int32`` words <-> 16 ``float6_e3m2`` codes per 3 words.
 
         Without ``layout``: the tile's row-major bytes are read as ``dtype``, the last dimension
         scaled by the ratio of the widths: a ``float16[m, 16]`` tile viewed as ``uint32`` is
@@ -51,20 +46,24 @@ class ViewInstructions(InstructionBase):
         ``(i, 2j + 1)`` (high half). It is free when each thread holds such pairs in consecutive
         registers (layout inference arranges it), else it goes through shared memory.
 
-        Packed low-precision types (sub-byte integers and floats, 8-bit floats) are viewed per thread
-        (``int32`` words <-> 8 ``uint4b`` codes); give ``layout`` when the width changes. bool is rejected.
+        Packed low-precision types (sub-byte integers and floats, 8-bit floats) are always viewed per
+        thread: without ``layout`` only at the same width (``uint8`` as ``float8_e4m3``: x's shape and
+        layout); give ``layout`` when the width changes. bool is rejected.
+
+        ``out``: a register tensor of the result's dtype and shape to write, as the other ``out=``
+        forms; for a per-thread view it has no layout yet or the view's (``layout``, or x's when none
+        was given).
 
         >>> packed = self.view(x, dtype=uint32)              # float16[64, 16] -> uint32[64, 8]  # doctest: +SKIP
         >>> y = self.view(acc, layout=other, dtype=float32)  # same bits per thread             # doctest: +SKIP
+        >>> q = self.view(words, dtype=uint4b, layout=mma_a)  # int32 words -> 8 codes each     # doctest: +SKIP
         """
         if layout is None and dtype is None:
             raise ScriptError("view: give a dtype, a layout or both")
-        if _packed(getattr(x, "dtype", None)) or _packed(dtype):
-            # sub-byte and 8-bit float storage: per-thread bits of packed words (lang/instructions/lowp.py)
-            if out is not None:
-                raise ScriptError("view: out= is not supported for packed low-precision types")
-            return self._view_packed(x, dtype=dtype, layout=layout)
-        return self._view("view", view_value(x, dtype, layout), out)
+        builder = self._builder("view")
+        if layout is not None:
+            check_layout("view", layout, tuple(getattr(layout, "shape", ())), builder.num_threads)
+        return builder.materialize(view_value(x, dtype, layout), out)
 
     def reshape(self, x: RegisterTensor, shape: Sequence[int], *, out: Optional[RegisterTensor] = None
                 ) -> RegisterTensor:

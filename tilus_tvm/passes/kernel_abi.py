@@ -18,7 +18,7 @@ form: TVM binds it from the tensor's shape; any other scalar is passed as ``R.pr
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from tilus_tvm.errors import CompileError
 from tilus_tvm.ir import inst as ir
@@ -182,6 +182,21 @@ def pointers_indexed_directly(func: Function) -> set[str]:
     return direct
 
 
+def _of_scalars(func: Function, value: Any, scalar_vars: list, problem: Callable[[str], str]) -> Any:
+    """``value`` (an int or an expression) in terms of the kernel's run-time scalar parameters only,
+    immutable kernel scalars (``n: int32 = ...``) substituted; else a CompileError saying
+    ``problem(names of the other variables)``."""
+    from tvm import tirx
+
+    if not _uses_only(value, scalar_vars):
+        value = func.analyzer().simplify(value)
+    if not _uses_only(value, scalar_vars):
+        unknown = sorted({v.name for v in tirx.analysis.undefined_vars(value)
+                          if not any(v.same_as(a) for a in scalar_vars)})
+        raise CompileError(f"kernel {func.name}: {problem(', '.join(unknown))}")
+    return value
+
+
 def _subview_span(func: Function, param: Param, subviews: list, scalar_vars: list, names: dict[str, str]) -> str:
     """Python source of the largest span (elements from the base to the last one, inclusive) of the
     sub-views of ``param``: what the launch checks against int32 indexing."""
@@ -190,15 +205,12 @@ def _subview_span(func: Function, param: Param, subviews: list, scalar_vars: lis
     texts = []
     for view in subviews:
         span = 1 + sum(((extent - 1) * stride for extent, stride in zip(view.shape, view.strides)), 0)
-        if not isinstance(span, int):  # immutable kernel scalars (`n: int32 = ...`) substituted
-            span = func.analyzer().simplify(span)
-        if not _uses_only(span, scalar_vars):
-            unknown = sorted({v.name for v in tirx.analysis.undefined_vars(span)
-                              if not any(v.same_as(a) for a in scalar_vars)})
-            raise CompileError(f"kernel {func.name}: sub-view {view.name} of {param.name} has shape "
-                               f"{list(view.shape)} and strides {list(view.strides)}, which depend on "
-                               f"{', '.join(unknown)}; the launch checks that a sub-view's span fits int32 "
-                               f"indexing, so it may only use ints and the kernel's run-time scalar parameters")
+        if not isinstance(span, int):
+            span = func.analyzer().simplify(span)  # the launcher's text: as short as it gets
+        span = _of_scalars(func, span, scalar_vars, lambda unknown: (
+            f"sub-view {view.name} of {param.name} has shape {list(view.shape)} and strides {list(view.strides)}, "
+            f"which depend on {unknown}; the launch checks that a sub-view's span fits int32 indexing, so it may "
+            f"only use ints and the kernel's run-time scalar parameters"))
         text = python_source(span.value if isinstance(span, tirx.IntImm) else span, names)
         if text not in texts:
             texts.append(text)
@@ -278,16 +290,10 @@ def _plan_workspaces(func: Function, scalar_vars: list, names: dict[str, str]) -
         while param.name in taken:
             param.name += "_"
         taken.add(param.name)
-        numel = math.prod(tensor.shape)
-        if not _uses_only(numel, scalar_vars):
-            numel = func.analyzer().simplify(numel)  # immutable kernel scalars (`n: int32 = ...`) substituted
-        if not _uses_only(numel, scalar_vars):
-            unknown = sorted({v.name for v in tirx.analysis.undefined_vars(numel)
-                              if not any(v.same_as(a) for a in scalar_vars)})
-            raise CompileError(f"kernel {func.name}: global_tensor {tensor.name} has shape {list(tensor.shape)}, "
-                               f"which depends on {', '.join(unknown)}; a workspace's shape may only use ints and "
-                               f"the kernel's run-time scalar parameters (the runtime allocates it before the "
-                               f"launch)")
+        numel = _of_scalars(func, math.prod(tensor.shape), scalar_vars, lambda unknown: (
+            f"global_tensor {tensor.name} has shape {list(tensor.shape)}, which depends on {unknown}; a "
+            f"workspace's shape may only use ints and the kernel's run-time scalar parameters (the runtime "
+            f"allocates it before the launch)"))
         specs.append(WorkspaceSpec(param.name, tensor.dtype.name, python_source(numel, names), inst.requires_clean))
     return tuple(specs)
 

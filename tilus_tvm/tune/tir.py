@@ -275,7 +275,9 @@ def _meta_schedule_logging():
 def _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder, runner, database, cost_model,
           seed, design_space, kwargs):
     from tilus_tvm.tune import measure
+    from tilus_tvm.tune.tensor_intrin import import_tensor_intrin
 
+    import_tensor_intrin()  # what ms.tune_tir's TuneContexts import first, fast (see tilus_tvm.tune.tensor_intrin)
     cores = measure.available_cores()
 
     return ms.tune_tir(

@@ -41,16 +41,20 @@ def _frozen_modules() -> dict[str, str]:
 def frozen_frames_known() -> Iterator[None]:
     """Within the block, ``inspect.getmodule`` finds the module of a frozen module's frame in its
     cache; afterwards the cache is as it was (entries ``inspect`` added meanwhile stay)."""
+    cache = getattr(inspect, "modulesbyfile", None)
+    if not isinstance(cache, dict):  # another Python's inspect: only slower
+        yield
+        return
     added = []
     for filename, name in _frozen_modules().items():
-        if filename not in inspect.modulesbyfile:
-            inspect.modulesbyfile[filename] = name
+        if filename not in cache:
+            cache[filename] = name
             added.append(filename)
     try:
         yield
     finally:
         for filename in added:
-            inspect.modulesbyfile.pop(filename, None)
+            cache.pop(filename, None)
 
 
 def import_tensor_intrin() -> None:

@@ -17,7 +17,9 @@ setup(
     extras_require={
         # torch: install `torch==2.13.0` first (CPU wheel); an unpinned torch pulls CUDA wheels.
         # xgboost-cpu provides the `xgboost` module MetaSchedule needs, without the NCCL download.
-        "test": ["torch", "xgboost-cpu", "pytest", "hypothesis", "pandas", "nvidia-cutlass", "cloudpickle", "psutil", "tornado"],
+        # pytest-xdist: the README's and CI's `pytest -n auto` (one worker per core).
+        "test": ["torch", "xgboost-cpu", "pytest", "pytest-xdist", "hypothesis", "pandas", "nvidia-cutlass", "cloudpickle",
+                 "psutil", "tornado"],
         "tune": ["xgboost", "cloudpickle", "psutil", "tornado"],
         "viz": ["matplotlib"],
     },

@@ -288,6 +288,23 @@ def test_bank_conflicts_errors():
         bank_conflicts(broken, [((1, 0), 8)], 16)
 
 
+def test_vector_offsets_are_offset_element_by_element():
+    """bank_conflicts' vector offsets (index checked and strided once) are layout.offset of each element."""
+    from tilus_tvm.layout.shared import _vector_offsets
+
+    layouts = [shared_row_major(4, 64), shared_row_major(8, 64).swizzled(Swizzle(3, 3, 3)),
+               shared_row_major(2, 4, 32).swizzled(Swizzle(2, 2, 4)), shared_padded((4, 32), 8),
+               shared_row_major(8, 64).swizzled(Swizzle(3, 1, 5)), shared_column_major(16, 8)]
+    for layout in layouts:
+        for vec in (1, 2, 4, 8):
+            for index in itertools.product(*(range(n) for n in layout.shape[:-1]), range(layout.shape[-1] - vec + 1)):
+                expected = [layout.offset(*index[:-1], index[-1] + e) for e in range(vec)]
+                assert _vector_offsets(layout, index, vec) == expected, (layout, index, vec)
+    # a coordinate out of range before the last dimension: offset()'s error
+    with pytest.raises(LayoutError, match=r"offset: index \[8, 0\] is out of range in dimension 0"):
+        bank_conflicts(shared_row_major(8, 64), [((8, 0), 8)], 16)
+
+
 def test_docstring_examples():
     from tilus_tvm.layout import shared as module
 

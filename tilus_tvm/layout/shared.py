@@ -345,6 +345,18 @@ def _threads_per_phase(access_bits: int) -> int:
     return 32
 
 
+def _vector_offsets(layout: SharedLayout, index: tuple, vec: int) -> list:
+    """``[layout.offset(*index[:-1], index[-1] + e) for e in range(vec)]`` (the last coordinate in range),
+    with the index checked and its strided offset computed once: :func:`bank_conflicts` asks this for
+    every thread of every request of every candidate layout the shared-layout pass scores."""
+    if not all(isinstance(i, int) for i in index):
+        return [layout.offset(*index[:-1], index[-1] + e) for e in range(vec)]
+    linear = layout._linear(layout._index_args(index, "offset"))  # offset()'s errors, for e = 0
+    step = layout.strides[-1]
+    swizzle = layout.swizzle
+    return [linear + e * step if swizzle is None else swizzle(linear + e * step) for e in range(vec)]
+
+
 def bank_conflicts(layout: SharedLayout, accesses: Sequence[Optional[tuple[Sequence[int], int]]],
                    dtype_bits: int) -> BankConflicts:
     """Count the wavefronts of one warp-wide access to shared memory laid out by ``layout``.
@@ -400,7 +412,7 @@ def bank_conflicts(layout: SharedLayout, accesses: Sequence[Optional[tuple[Seque
         if not (0 <= last and last + vec <= layout.shape[-1]):
             raise LayoutError(f"{op}: thread {thread} reads {vec} elements from {list(index)}, beyond the last "
                               f"dimension ({layout.shape[-1]}) of layout {layout}")
-        offsets = [layout.offset(*index[:-1], last + e) for e in range(vec)]
+        offsets = _vector_offsets(layout, index, vec)
         if offsets != list(range(offsets[0], offsets[0] + vec)) or offsets[0] % vec:
             raise LayoutError(f"{op}: thread {thread} reads {vec} elements from {list(index)} at offsets "
                               f"{offsets} in layout {layout}; a vector access needs contiguous offsets "

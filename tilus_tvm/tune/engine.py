@@ -308,6 +308,9 @@ class _Search:
     def _start_cost_model(self) -> None:
         from tvm.s_tir import meta_schedule as ms
 
+        from tilus_tvm.tune.tensor_intrin import import_tensor_intrin
+
+        import_tensor_intrin()  # what TuneContext imports first, fast (see tilus_tvm.tune.tensor_intrin)
         model = self.options.cost_model
         if isinstance(model, str):
             if model == "xgb":

@@ -222,7 +222,13 @@ def postprocs() -> list:
 
 
 def space(in_dtypes=DTYPES, software_pipeline: bool = True):
-    """The design space: post-order application of :func:`schedule_rules`, :func:`postprocs`."""
+    """The design space: post-order application of :func:`schedule_rules`, :func:`postprocs`.
+
+    Imports ``tvm.s_tir.tensor_intrin`` first, which the ``TuneContext`` that uses the space would
+    import, quickly (:mod:`tilus_tvm.tune.tensor_intrin`)."""
+    from tilus_tvm.tune.tensor_intrin import import_tensor_intrin
+
+    import_tensor_intrin()
     return ms.space_generator.PostOrderApply(sch_rules=schedule_rules(in_dtypes, software_pipeline),
                                              postprocs=postprocs(), mutator_probs="cuda")
 

@@ -13,7 +13,7 @@ from tilus_tvm.dtypes import (float4_e2m1, float6_e2m3, float6_e3m2, float8_e4m3
                               float_type, int4b, int_type, uint4b)
 from tilus_tvm.dtype_aliases import bf16, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, void_p  # Tilus's names
 from tilus_tvm.dtypes import int1b, int2b, int3b, int5b, int6b, int7b, uint1b, uint2b, uint3b, uint5b, uint6b, uint7b
-from tilus_tvm.errors import CompileError, LaunchError, LayoutError, ScriptError, TilusError
+from tilus_tvm.errors import CompileError, LaunchError, LayoutError, ScriptError, SlowLaunchWarning, TilusError
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus_tvm.lang.script import Script
 from tilus_tvm.layout import RegisterLayout, SharedLayout

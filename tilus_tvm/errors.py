@@ -29,3 +29,9 @@ class VerificationError(CompileError):
 
 class RelaxError(TilusError, ValueError):
     """A kernel cannot be called from Relax with the arguments given (count, dtype, shape, outputs)."""
+
+
+class SlowLaunchWarning(UserWarning):
+    """A launch worked but took the slow path: an argument the compiled function refused was read as the
+    shape it expects (from its data pointer), after an exception and a second call. Every such launch
+    pays for that (hundreds of microseconds); passing the expected shape avoids it."""

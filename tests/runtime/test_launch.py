@@ -7,6 +7,7 @@ messages; the GPU tests run the real thing.
 """
 import math
 import re
+import warnings
 
 import pytest
 import torch
@@ -249,6 +250,20 @@ def test_a_flat_or_larger_tensor_is_read_as_the_expected_shape(fake_gpu):
     window = torch.rand(4 * m * 48)[:m * 48 - 1]  # too short, but its storage goes on: raw pointer semantics
     kernel(m, window, y, z)
     assert compiled.function().calls[-1][1].shape == (m, 48)
+
+
+def test_a_repaired_argument_is_reported_once_as_a_slow_launch(fake_gpu):
+    kernel = K.Elementwise(32, 48, 2)
+    m = 5
+    x, y, z = torch.rand(m * 48), torch.rand(m, 1), torch.empty(m, 48)
+    with pytest.warns(tilus.SlowLaunchWarning, match=re.escape(
+            "argument x_ptr has shape (240,), the kernel expects (m, 48) = (5, 48)")) as record:
+        kernel(m, x, y, z)
+        kernel(m, x, y, z)
+    assert len(record) == 1  # once per argument of a compiled kernel, though every such launch is slow
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernel(m, x.view(m, 48), y, z)  # the expected shape: no repair, no warning
 
 
 def test_a_transposed_tensor_of_the_expected_shape_is_refused(fake_gpu):

@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from tilus_tvm.errors import CompileError, LaunchError
+from tilus_tvm.errors import CompileError, LaunchError, SlowLaunchWarning
 from tilus_tvm.ir.scalar import expr_to_python
 from tilus_tvm.lang.signature import ParamSpec
 from tilus_tvm.lang import arguments
@@ -60,6 +61,7 @@ class CompiledKernel:
     _launcher: Any = field(default=None, repr=False)  # launcher.make_launcher's, False when it has none
     _table: Optional[LaunchTable] = field(default=None, repr=False)  # for calls of the kernel itself
     _workspaces: Any = field(default=None, repr=False)  # runtime.workspace.WorkspacePool, when it has workspaces
+    _warned: set = field(default_factory=set, repr=False)  # parameters whose repair was reported
 
     @property
     def target(self):
@@ -262,6 +264,13 @@ class CompiledKernel:
         if available < needed:
             raise LaunchError(f"{where} has shape {shape}, the kernel expects {text}: {needed} elements from "
                               f"its data pointer, its storage holds {available}") from exc
+        if param.name not in self._warned:
+            self._warned.add(param.name)
+            warnings.warn(f"{where} has shape {shape}, the kernel expects {text}: it is read as that shape from "
+                          f"its data pointer, but every such launch takes the slow path (the compiled function "
+                          f"refuses it, then runs again); pass a tensor of shape {expected} (e.g. "
+                          f".view({', '.join(map(str, expected))})) to launch at full speed",
+                          SlowLaunchWarning, stacklevel=2)
         return value.as_strided(expected, _row_major_strides(expected))
 
     def call_args(self, bound: "arguments.BoundArguments") -> list[Any]:

@@ -3,6 +3,8 @@ import importlib.util
 import pathlib
 import sys
 
+import tilus_tvm as tilus
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TUTORIALS = ROOT / "tutorials"
 
@@ -18,3 +20,11 @@ def load_tutorial(name: str):
     sys.modules[module_name] = module  # inspect.getsource needs the module registered
     spec.loader.exec_module(module)
     return module
+
+
+class CaseScript(tilus.Script):
+    """Base of the test kernels whose body picks a mistake (or a variant) by ``self.case``."""
+
+    def __init__(self, case):
+        super().__init__()
+        self.case = case

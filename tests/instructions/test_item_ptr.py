@@ -11,6 +11,7 @@ from tilus_tvm import float16, float32, int32, int64
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.layout.shared import shared_row_major
 from tilus_tvm.layout.swizzle import Swizzle
+from tests.helpers import CaseScript
 
 
 @pytest.fixture(autouse=True)
@@ -93,11 +94,7 @@ def test_init_functions_are_applied_while_translating():
         tvm.tirx.analysis.verify_well_formed(func)
 
 
-class BadPointers(tilus.Script):
-    def __init__(self, case):
-        super().__init__()
-        self.case = case
-
+class BadPointers(CaseScript):
     def __call__(self, x_ptr: ~float32):
         self.attrs.blocks = 1
         self.attrs.warps = 1

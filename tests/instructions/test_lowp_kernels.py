@@ -12,6 +12,7 @@ from tilus_tvm import dtypes
 from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.lowp import storage_torch_dtypes
 from tests.instructions import lowp_kernels as K
+from tests.helpers import CaseScript
 
 
 @pytest.fixture(autouse=True)
@@ -168,11 +169,7 @@ def test_a_packed_view_writes_into_out():
     layout (the same width) the view has x's layout, which out must have too."""
     from tilus_tvm.layout import spatial
 
-    class Into(tilus.Script):
-        def __init__(self, case):
-            super().__init__()
-            self.case = case
-
+    class Into(CaseScript):
         def __call__(self, w_ptr: ~dtypes.int32, y_ptr: ~dtypes.float8_e4m3):
             self.attrs.blocks = 1
             self.attrs.warps = 1

@@ -10,6 +10,7 @@ import tilus_tvm as tilus
 from tilus_tvm import float32, int32
 from tilus_tvm.errors import ScriptError
 from tests.instructions import tile_ops as T
+from tests.helpers import CaseScript
 
 
 @pytest.fixture(autouse=True)
@@ -104,11 +105,7 @@ def test_scalar_min_max_of_run_time_values():
     assert "min(a, b)" in source and "max(a, b)" in source and "max(a, 3)" in source
 
 
-class Bad(tilus.Script):
-    def __init__(self, case):
-        super().__init__()
-        self.case = case
-
+class Bad(CaseScript):
     def __call__(self, x_ptr: ~float32, i_ptr: ~int32):
         self.attrs.blocks = 1
         self.attrs.warps = 1

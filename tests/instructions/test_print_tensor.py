@@ -8,7 +8,7 @@ import torch
 
 import tilus_tvm as tilus
 from tilus_tvm import float32, int32
-from tests.helpers import ROOT
+from tests.helpers import CaseScript, ROOT
 from tests.instructions import print_kernels as P
 
 
@@ -56,11 +56,7 @@ def test_register_tile_is_gathered_through_scratch_shared_memory():
     assert program.shared_bytes >= 4 * 8 * 4  # the float32 [4, 8] tile
 
 
-class Mistake(tilus.Script):
-    def __init__(self, case):
-        super().__init__()
-        self.case = case
-
+class Mistake(CaseScript):
     def __call__(self, x_ptr: ~float32):
         self.attrs.blocks = 1
         self.attrs.warps = 1

@@ -9,6 +9,7 @@ import tilus_tvm as tilus
 from tilus_tvm import float32
 from tilus_tvm.errors import ScriptError
 from tests.instructions import tile_ops as T
+from tests.helpers import CaseScript
 
 
 @pytest.fixture(autouse=True)
@@ -81,11 +82,7 @@ def test_reduce_over_all_dims_is_one_reduction_per_dim():
     assert "register float32[] " in program and program.count("= reduce(") == 2
 
 
-class Bad(tilus.Script):
-    def __init__(self, case):
-        super().__init__()
-        self.case = case
-
+class Bad(CaseScript):
     def __call__(self, x_ptr: ~float32):
         self.attrs.blocks = 1
         self.attrs.warps = 1

@@ -12,6 +12,7 @@ from tilus_tvm.errors import ScriptError
 from tilus_tvm.instructions.scan import _Plan, scan_layout
 from tilus_tvm.layout import local, spatial
 from tests.instructions import tile_ops as T
+from tests.helpers import CaseScript
 
 
 @pytest.fixture(autouse=True)
@@ -86,11 +87,7 @@ def test_scan_layout_puts_the_threads_first_and_keeps_holders_per_digit(layout, 
                 assert plan.rank(friendly, other) == 0 and plan.others(friendly, other) == plan.others(friendly, thread)
 
 
-class Bad(tilus.Script):
-    def __init__(self, case):
-        super().__init__()
-        self.case = case
-
+class Bad(CaseScript):
     def __call__(self, x_ptr: ~float32):
         self.attrs.blocks = 1
         self.attrs.warps = 1

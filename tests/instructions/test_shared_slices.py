@@ -10,6 +10,7 @@ from tilus_tvm import float16, float32, int32
 from tilus_tvm.errors import CompileError, ScriptError
 from tilus_tvm.layout.shared import shared_row_major
 from tilus_tvm.layout.swizzle import Swizzle
+from tests.helpers import CaseScript
 
 
 @pytest.fixture(autouse=True)
@@ -154,11 +155,7 @@ def test_a_swizzle_that_permutes_across_a_sub_tile_is_addressed_in_the_root():
     assert columns.root_coords([3, 5]) == [3, 21] and half.root_coords([2, 1]) == [2, 33]
 
 
-class BadSlices(tilus.Script):
-    def __init__(self, case):
-        super().__init__()
-        self.case = case
-
+class BadSlices(CaseScript):
     def __call__(self, n: int32):
         self.attrs.blocks = 1
         self.attrs.warps = 1

@@ -9,6 +9,7 @@ import tilus_tvm as tilus
 from tilus_tvm import float16, float32, int32, int4b, uint4b, void
 from tilus_tvm.errors import CompileError, ScriptError
 from tests.instructions import tile_ops as T
+from tests.helpers import CaseScript
 
 
 @pytest.fixture(autouse=True)
@@ -103,11 +104,7 @@ def test_a_free_transpose_copies_registers_only():
     assert "permute_register(x=%x, dims=(1, 0))" in program and "convert_layout" not in program
 
 
-class Bad(tilus.Script):
-    def __init__(self, case):
-        super().__init__()
-        self.case = case
-
+class Bad(CaseScript):
     def __call__(self, n: int32, x_ptr: ~float32):
         self.attrs.blocks = 1
         self.attrs.warps = 1
@@ -317,11 +314,7 @@ def test_slice_assignment_lowers(case, layout, free):
         tvm.tirx.analysis.verify_well_formed(func)
 
 
-class BadAssign(tilus.Script):
-    def __init__(self, case):
-        super().__init__()
-        self.case = case
-
+class BadAssign(CaseScript):
     def __call__(self, x_ptr: ~float32):
         self.attrs.blocks = 1
         self.attrs.warps = 1

@@ -6,7 +6,7 @@ import tilus_tvm as tilus
 from tilus_tvm import float16, float32, int32
 from tilus_tvm.layout import spatial
 from tilus_tvm.utils import cdiv
-from tests.helpers import load_tutorial
+from tests.helpers import CaseScript, load_tutorial
 
 
 @pytest.fixture(autouse=True)
@@ -47,12 +47,8 @@ class NoBlocks(tilus.Script):
         self.attrs.warps = 1
 
 
-class Body(tilus.Script):
+class Body(CaseScript):
     """A kernel whose body is a function given at construction (each test states the mistake)."""
-
-    def __init__(self, case):
-        super().__init__()
-        self.case = case
 
     def __call__(self, n: int32, x_ptr: ~float32, h_ptr: ~float16):
         self.attrs.blocks = 1

@@ -21,15 +21,23 @@ def emit_convert_layout(ctx: CodegenContext, inst: ir.ConvertLayout) -> None:
     if is_packed(src.dtype):  # one byte per code: register_bits.py
         return register_bits.emit_packed_convert_layout(ctx, inst)
     scratch = ctx.shared_view(ctx.plan.offset_of(inst), src.dtype, src.size, f"{out.name}_scratch")
-    src_buf, dst_buf = ctx.reg(src), ctx.reg(out)
-    sync_threads()  # the scratch may overlap memory other threads were still reading
-    with ctx.guarded(ctx.owner_condition(src.layout)):
-        with Tb.unroll(0, src.layout.local_size) as i:
-            Tb.buffer_store(scratch, src_buf[i], [row_major_linear(ctx.logical(src.layout, i), src.shape)])
-    sync_threads()
+    write_row_major(ctx, src, scratch)
+    dst_buf = ctx.reg(out)
     with Tb.unroll(0, out.layout.local_size) as i:
         position = row_major_linear(ctx.logical(out.layout, i), out.shape)
         Tb.buffer_store(dst_buf, scratch[position], [i])
+    sync_threads()
+
+
+def write_row_major(ctx: CodegenContext, tensor, scratch) -> None:
+    """The owners of each element of the register ``tensor`` store it at its row-major position in
+    ``scratch`` (a shared buffer of the tensor's dtype), between two barriers: the scratch may overlap
+    memory other threads were still reading, and every thread reads it back after."""
+    src = ctx.reg(tensor)
+    sync_threads()
+    with ctx.guarded(ctx.owner_condition(tensor.layout)):
+        with Tb.unroll(0, tensor.layout.local_size) as i:
+            Tb.buffer_store(scratch, src[i], [row_major_linear(ctx.logical(tensor.layout, i), tensor.shape)])
     sync_threads()
 
 

@@ -24,6 +24,7 @@ from tvm.script.ir_builder import tirx as Tb
 from tilus_tvm.backend.context import CodegenContext, const, row_major_linear, shared_offset, sync_threads
 from tilus_tvm.errors import LayoutError
 from tilus_tvm.instructions.elementwise import set_layout
+from tilus_tvm.instructions.convert_layout import write_row_major
 from tilus_tvm.instructions.register_bits import copy_bits
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor
@@ -144,12 +145,8 @@ def _gather_through_shared(ctx: CodegenContext, inst: Any) -> None:
     x, out = inst.x, inst.output
     offset = ctx.plan.offset_of(inst)
     scratch = ctx.shared_view(offset, x.dtype, x.size, f"{out.name}_gather")
-    src, dst = ctx.reg(x), ctx.reg(out)
-    sync_threads()  # the scratch may overlap memory other threads were still reading
-    with ctx.guarded(ctx.owner_condition(x.layout)):
-        with Tb.unroll(0, x.layout.local_size) as i:
-            Tb.buffer_store(scratch, src[i], [row_major_linear(ctx.logical(x.layout, i), x.shape)])
-    sync_threads()
+    write_row_major(ctx, x, scratch)
+    dst = ctx.reg(out)
     if isinstance(inst, ViewRegister):  # the same bytes, read as the output's dtype
         reader = ctx.shared_view(offset, out.dtype, out.size, f"{out.name}_bytes")
         position = lambda index: row_major_linear(index, out.shape)  # noqa: E731

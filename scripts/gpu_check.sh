@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call: the `gpu` tests (in parallel groups, since most of
 # their time is compiling) and then the benchmarks one after another (timings must not share the
-# GPU). Logs go to $OUT (default ./gpu_logs); a summary line per log is printed at the end.
+# GPU). Logs go to $LOGS (default ./gpu_logs); a summary line per log is printed at the end, and
+# when $OUT is set (the device tool's return folder, which brings back few files) they are packed
+# into $OUT/gpu_logs.tar.gz.
 #
 #   bash scripts/gpu_check.sh              # tests, sanitizer and every benchmark
 #   bash scripts/gpu_check.sh tests        # only the tests
@@ -9,11 +11,12 @@
 #   LIMIT=200 bash scripts/gpu_check.sh tests   # seconds allowed to each test group
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-gpu_logs}
+LOGS=${LOGS:-gpu_logs}
 LIMIT=${LIMIT:-300}
-mkdir -p "$OUT"
+mkdir -p "$LOGS"
 export TQDM_DISABLE=1
 what=${1:-all}
+only=${ONLY:-}   # ONLY="tune tune_more": run just these test groups
 
 TEST_GROUPS=(
   "ctrl:tests/lang/test_control_flow_gpu.py tests/instructions/test_print_tensor.py tests/ir/test_printf.py tests/lang/test_grid.py tests/lang/test_instructions_gpu.py tests/lang/test_examples_gpu.py"
@@ -22,33 +25,39 @@ TEST_GROUPS=(
   "reduce:tests/instructions/test_reduce.py tests/instructions/test_reduce_dims.py tests/schedules/test_norms.py"
   "math:tests/schedules/test_softmax.py tests/instructions/test_math.py tests/instructions/test_scan.py"
   "attention:tests/schedules/test_attention.py"
-  "views:tests/instructions/test_views.py tests/instructions/test_shared_slices.py tests/instructions/test_item_ptr.py tests/instructions/test_async_copy.py tests/instructions/test_dot_split.py tests/instructions/test_scalar_memory.py"
+  "views:tests/instructions/test_views.py tests/instructions/test_shared_slices.py tests/instructions/test_item_ptr.py tests/instructions/test_async_copy.py tests/instructions/test_dot_split.py tests/instructions/test_scalar_memory.py tests/instructions/test_global_subview.py"
   "lowp:tests/instructions/test_lowp_gpu.py tests/schedules/test_quantized_matmul_gpu.py"
-  "relax_tune:tests/relax tests/tune"
+  "relax:tests/relax"
+  "tune:tests/tune/test_library_gpu.py tests/tune/test_tuned_matmul_gpu.py"
+  "tune_tir:tests/tune/test_tir.py"
+  "tune_more:tests/tune/test_attention_tune_gpu.py tests/tune/test_rpc_gpu.py"
 )
 
 if [[ $what == all || $what == tests ]]; then
   for group in "${TEST_GROUPS[@]}"; do
     name=${group%%:*}
+    [[ -z $only || " $only " == *" $name "* ]] || continue
     files=()
     for f in ${group#*:}; do [[ -e $f ]] && files+=("$f"); done
-    timeout "$LIMIT" python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rf "${files[@]}" \
-      > "$OUT/test_$name.txt" 2>&1 &
+    # SIGINT first, so that pytest still prints its tracebacks and summary when time runs out
+    timeout -s INT -k 20 "$LIMIT" python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rf "${files[@]}" \
+      > "$LOGS/test_$name.txt" 2>&1 &
   done
   wait
 fi
 
 if [[ $what == all || $what == benches ]]; then
-  timeout 600 compute-sanitizer --tool memcheck python3 scripts/sanitize_kernels.py > "$OUT/sanitize_memcheck.txt" 2>&1
-  timeout 300 python3 scripts/bench_matmul.py > "$OUT/bench_matmul.txt" 2>&1
-  timeout 300 python3 scripts/bench_norms.py > "$OUT/bench_norms.txt" 2>&1
-  timeout 300 python3 scripts/bench_attention.py > "$OUT/bench_attention.txt" 2>&1
-  timeout 300 python3 scripts/bench_quantized.py > "$OUT/bench_quantized.txt" 2>&1
-  timeout 600 python3 scripts/bench_tuning.py > "$OUT/bench_tuning.txt" 2>&1
-  timeout 400 python3 scripts/bench_relax.py > "$OUT/bench_relax.txt" 2>&1
-  timeout 120 python3 scripts/bench_overhead.py > "$OUT/bench_overhead.txt" 2>&1
+  timeout 600 compute-sanitizer --tool memcheck python3 scripts/sanitize_kernels.py > "$LOGS/sanitize_memcheck.txt" 2>&1
+  timeout 300 python3 scripts/bench_matmul.py > "$LOGS/bench_matmul.txt" 2>&1
+  timeout 300 python3 scripts/bench_norms.py > "$LOGS/bench_norms.txt" 2>&1
+  timeout 300 python3 scripts/bench_attention.py > "$LOGS/bench_attention.txt" 2>&1
+  timeout 300 python3 scripts/bench_quantized.py > "$LOGS/bench_quantized.txt" 2>&1
+  timeout 600 python3 scripts/bench_tuning.py > "$LOGS/bench_tuning.txt" 2>&1
+  timeout 400 python3 scripts/bench_relax.py > "$LOGS/bench_relax.txt" 2>&1
+  timeout 120 python3 scripts/bench_overhead.py > "$LOGS/bench_overhead.txt" 2>&1
 fi
 
-for log in "$OUT"/*.txt; do
+for log in "$LOGS"/*.txt; do
   printf '%-28s %s\n' "$(basename "$log" .txt)" "$(tr '\r' '\n' < "$log" | grep -E 'passed|failed|error|ERROR SUMMARY' | tail -1)"
 done
+if [[ -n ${OUT:-} ]]; then tar czf "$OUT/gpu_logs.tar.gz" -C "$LOGS" .; fi

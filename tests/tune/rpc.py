@@ -73,7 +73,7 @@ def local_tracker(servers: int = 1):
             server_port = free_port()
             processes.append(start("tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(server_port),
                                    "--port-end", str(server_port + 1), "--tracker", f"127.0.0.1:{port}",
-                                   "--key", KEY))
+                                   "--key", KEY, "--no-fork"))
         config = ms.runner.RPCConfig(tracker_host="127.0.0.1", tracker_port=port, tracker_key=KEY,
                                      session_timeout_sec=60)
         wait_for(lambda: config.count_num_servers(allow_missing=True) == servers, "the servers", processes)

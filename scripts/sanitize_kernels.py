@@ -1,5 +1,7 @@
-"""Run every kernel family once on small, ragged shapes (the pipelined Matmul with 3 and 4 stages
-and the split-K matmul with its workspace and semaphores included); meant to be run under compute-sanitizer:
+"""Run every kernel family once on small, ragged shapes (the pipelined Matmul with 3 and 4 stages,
+the split-K matmul with its workspace and semaphores, and the library's attention (prefill and
+decode, both ways of reading the cache), norms, softmax and quantized matmul); meant to be run
+under compute-sanitizer:
 
     compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py
@@ -93,8 +95,47 @@ def main():
                 kernel(m, n, k, x, y.t().contiguous() if b_layout == "col" else y, z)
                 check(f"split-K {config} splits={splits} {b_layout} {m}x{n}x{k} launch {launch}", z,
                       x.float() @ y.float())
+    library_kernels(cuda)
     torch.cuda.synchronize()
     print("all kernels ran")
+
+
+def library_kernels(cuda):
+    """The schedules/ functions on lengths that are not multiples of their tiles."""
+    import torch.nn.functional as F
+
+    from tilus_tvm.schedules import (decode_attention, flash_attention, layer_norm, pack_weight, quantized_matmul,
+                                     rms_norm, softmax)
+    from tilus_tvm.schedules.decode_attention import DecodeConfig
+
+    for head_dim, causal, (lq, lk) in ((64, True, (77, 77)), (128, False, (50, 133)), (128, True, (129, 129))):
+        q = torch.randn(2, 3, lq, head_dim, dtype=torch.float16, **cuda)
+        k, v = (torch.randn(2, 3, lk, head_dim, dtype=torch.float16, **cuda) for _ in range(2))
+        check(f"flash_attention d={head_dim} causal={causal} {lq}x{lk}", flash_attention(q, k, v, causal=causal),
+              F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    for head_dim, config in ((64, None), (128, None), (128, DecodeConfig(stages=0)), (128, DecodeConfig(stages=2))):
+        batch, heads, capacity = 3, 4, 1000
+        lens = torch.tensor([1, 517, 1000], dtype=torch.int32, **cuda)
+        q = torch.randn(batch, heads, 1, head_dim, dtype=torch.float16, **cuda)
+        k, v = (torch.randn(batch, heads, capacity, head_dim, dtype=torch.float16, **cuda) for _ in range(2))
+        got = decode_attention(q, k, v, lens, config=config, split_len=256 if config else None)
+        expected = torch.cat([F.scaled_dot_product_attention(q[i:i + 1], k[i:i + 1, :, :n], v[i:i + 1, :, :n])
+                              for i, n in enumerate(lens.tolist())])
+        check(f"decode_attention d={head_dim} {config or 'default'}", got, expected)
+    x = torch.randn(37, 1000, dtype=torch.float16, **cuda)
+    w, b = torch.randn(1000, dtype=torch.float16, **cuda), torch.randn(1000, dtype=torch.float16, **cuda)
+    check("layer_norm 37x1000", layer_norm(x, w, b), F.layer_norm(x.float(), (1000,), w.float(), b.float()), 2e-2)
+    check("rms_norm 37x1000", rms_norm(x, w), F.rms_norm(x.float(), (1000,), w.float(), 1e-6), 2e-2)
+    long_rows = torch.randn(5, 20000, dtype=torch.float16, **cuda)
+    check("softmax online 5x20000", softmax(long_rows, online=True), torch.softmax(long_rows.float(), -1), 1e-3)
+    for m, n, k in ((1, 200, 384), (5, 72, 512), (70, 130, 256)):
+        codes = torch.randint(0, 16, (k, n), **cuda).float()
+        packed = pack_weight(codes, "uint4b", 128)
+        scales = torch.rand(k // 128, n, dtype=torch.float16, **cuda) / 8
+        a = torch.randn(m, k, dtype=torch.float16, **cuda)
+        weight = codes.half() * scales.repeat_interleave(128, 0)
+        check(f"quantized_matmul u4 g128 {m}x{n}x{k}", quantized_matmul(a, packed, scales), a.float() @ weight.float(),
+              5e-2)
 
 
 if __name__ == "__main__":

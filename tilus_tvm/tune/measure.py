@@ -8,6 +8,12 @@ candidates apart). MetaSchedule builds it with :func:`build_candidate` (``tvm.co
 ``tvm.s_tir.tensor_intrin``, which takes longer than its time limit) and times it on tensors of the
 call's shapes (:func:`args_info`).
 
+The builder also compiles the candidate's CUDA code (:func:`export_candidate`: a shared library
+whose CUDA module holds a fatbin or cubin for the target, as ``tilus_tvm.runtime.export`` writes
+it), in its worker processes. MetaSchedule's default export would keep CUDA *source*, which the
+runner -- one process, one candidate after another -- then compiles with NVRTC as it loads each
+one: about 2-3 s a Matmul candidate, most of the tuning wall time of a 32-configuration space.
+
 Defaults: ``ms.builder.LocalBuilder`` (one worker process per core this process may use,
 :func:`available_cores`: its CPU affinity and cgroup quota, not the host's count; it needs
 ``cloudpickle`` and ``psutil``, the ``tune`` extra; without them :class:`SerialBuilder`, the same
@@ -33,15 +39,51 @@ ENTRY = "main"
 EVALUATOR = dict(number=5, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
 
 
+def _built_for(runtime_module, target: tvm.target.Target):
+    """``runtime_module``, marked with the architecture it was built for (what :func:`export_candidate`
+    compiles for; ``export_library`` reads the same attribute)."""
+    from tilus_tvm.target import resolve_arch
+
+    runtime_module.tilus_archs = [resolve_arch(target)]
+    return runtime_module
+
+
 def build_candidate(mod: tvm.IRModule, target: tvm.target.Target, _params: Optional[dict] = None):
     """MetaSchedule build function: the runtime module of a candidate (TVM's ``tirx`` pipeline)."""
-    return tvm.compile(mod, target=target, tir_pipeline="tirx").mod
+    return _built_for(tvm.compile(mod, target=target, tir_pipeline="tirx").mod, target)
 
 
 def build_scheduled(mod: tvm.IRModule, target: tvm.target.Target, _params: Optional[dict] = None):
     """MetaSchedule build function for schedules of TIR workloads (``tune_tir``): the ``s_tir`` pipeline,
     which lowers the scheduled blocks and the tensorized intrinsics."""
-    return tvm.compile(mod, target=target, tir_pipeline="s_tir").mod
+    return _built_for(tvm.compile(mod, target=target, tir_pipeline="s_tir").mod, target)
+
+
+def has_device_compiler() -> bool:
+    """Whether CUDA code can be compiled here: nvcc, or NVRTC through ``cuda.bindings``."""
+    from tilus_tvm.runtime import export
+
+    return export.nvcc_path() is not None or importlib.util.find_spec("cuda.bindings") is not None
+
+
+def export_candidate(runtime_module) -> str:
+    """MetaSchedule export function: the path of ``runtime_module`` written as a shared library holding
+    compiled GPU code for the architecture :func:`build_candidate` marked (so loading it in the
+    runner compiles nothing). Where neither nvcc nor NVRTC is available, MetaSchedule's default
+    export (a tar of CUDA source, compiled by the runner as it loads it). A compiler error is the
+    candidate's build error."""
+    import os
+    import tempfile
+
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_export
+
+    from tilus_tvm.runtime import export
+
+    archs = getattr(runtime_module, "tilus_archs", None)
+    if not archs or not has_device_compiler():
+        return default_export(runtime_module)
+    return export.export_library(runtime_module, os.path.join(tempfile.mkdtemp(prefix="tilus_candidate_"),
+                                                              "candidate.so"), archs=archs)
 
 
 def is_scalar_param(param) -> bool:
@@ -90,17 +132,15 @@ class SerialBuilder(ms.builder.PyBuilder):
     """A MetaSchedule builder that builds in this process, one candidate after another (for machines
     without ``cloudpickle``/``psutil``, which ``LocalBuilder``'s worker pool needs)."""
 
-    def __init__(self, f_build=build_candidate):
+    def __init__(self, f_build=build_candidate, f_export=export_candidate):
         super().__init__()
-        self.f_build = f_build
+        self.f_build, self.f_export = f_build, f_export
 
     def build(self, build_inputs):
-        from tvm.s_tir.meta_schedule.builder.local_builder import default_export
-
         results = []
         for build_input in build_inputs:
             try:
-                path = default_export(self.f_build(build_input.mod, build_input.target))
+                path = self.f_export(self.f_build(build_input.mod, build_input.target))
                 results.append(ms.builder.BuilderResult(path, None))
             except Exception as exc:  # noqa: BLE001 - MetaSchedule reports the failure, the candidate is skipped
                 results.append(ms.builder.BuilderResult(None, f"{type(exc).__name__}: {exc}"))
@@ -112,16 +152,16 @@ def has_worker_pool() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("cloudpickle", "psutil"))
 
 
-def default_builder(max_workers: Optional[int] = None, f_build=build_candidate):
-    """``LocalBuilder`` with ``f_build`` on ``max_workers`` processes (default: the ``parallel_workers``
-    option, which defaults to :func:`~tilus_tvm.utils.cores.available_cores`) -- ``SerialBuilder``
-    without the worker pool's packages."""
+def default_builder(max_workers: Optional[int] = None, f_build=build_candidate, f_export=export_candidate):
+    """``LocalBuilder`` with ``f_build`` and ``f_export`` on ``max_workers`` processes (default: the
+    ``parallel_workers`` option, which defaults to :func:`~tilus_tvm.utils.cores.available_cores`)
+    -- ``SerialBuilder`` without the worker pool's packages."""
     from tilus_tvm import option
 
     if not has_worker_pool():
-        return SerialBuilder(f_build)
+        return SerialBuilder(f_build, f_export)
     workers = max_workers or option.get_option("parallel_workers")
-    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=f_build)
+    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=f_build, f_export=f_export)
 
 
 def evaluator_config():

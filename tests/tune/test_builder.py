@@ -1,0 +1,54 @@
+"""The tuning builder compiles each candidate's CUDA code in its worker processes: the artifact the
+runner loads holds a fatbin for the target (no CUDA source left for the runner to compile, one
+candidate after another), and falls back to MetaSchedule's source export where no compiler is."""
+import pytest
+import torch
+from tvm.s_tir import meta_schedule as ms
+
+from tilus_tvm.runtime.export import CudaPayload, read_library_blob
+from tilus_tvm.target import tvm_target
+from tilus_tvm.tune import measure
+
+from tests.tune.fakes import TunedAddOne
+
+pytestmark = pytest.mark.skipif(not measure.has_device_compiler(), reason="needs nvcc or NVRTC")
+
+
+def candidates(*configs):
+    n = 5000
+    vector = torch.empty(n, dtype=torch.float32, device="meta")
+    inputs = []
+    for block_n, warps in configs:
+        mod = TunedAddOne(block_n=block_n, warps=warps).lower(n, vector, vector, target="sm_90", dps=True)
+        prim_func = next(iter(mod.functions.values()))
+        config = f'{{"block_n": {block_n}, "warps": {warps}}}'
+        inputs.append(ms.builder.BuilderInput(measure.candidate_module(prim_func, {"n": n}, config),
+                                              tvm_target("sm_90")))
+    return inputs
+
+
+def cuda_payloads(path):
+    return [CudaPayload.parse(m.payload) for m in read_library_blob(path).modules if m.kind == "cuda"]
+
+
+@pytest.mark.parametrize("pool", [True, False], ids=["LocalBuilder", "SerialBuilder"])
+def test_artifacts_hold_compiled_code_for_the_target(pool, monkeypatch):
+    if not pool:
+        monkeypatch.setattr(measure, "has_worker_pool", lambda: False)
+    builder = measure.default_builder(max_workers=2)
+    assert isinstance(builder, ms.builder.LocalBuilder if pool else measure.SerialBuilder)
+    results = builder.build(candidates((128, 4), (256, 2)))
+    for result in results:
+        assert result.error_msg is None, result.error_msg
+        assert result.artifact_path.endswith(".so")
+        (payload,) = cuda_payloads(result.artifact_path)
+        assert payload.fmt in ("fatbin", "cubin") and b"__global__" not in payload.code
+        assert payload.function_names() == ["main_kernel"]
+    assert len({r.artifact_path for r in results}) == 2
+
+
+def test_without_a_compiler_the_runner_gets_cuda_source(monkeypatch):
+    monkeypatch.setattr(measure, "has_device_compiler", lambda: False)
+    monkeypatch.setattr(measure, "has_worker_pool", lambda: False)
+    (result,) = measure.default_builder().build(candidates((128, 4)))
+    assert result.error_msg is None and result.artifact_path.endswith(".tar")

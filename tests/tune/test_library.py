@@ -10,12 +10,14 @@ from tilus_tvm.lang.script import Script
 from tilus_tvm.schedules.attention import FlashAttention
 from tilus_tvm.schedules.matmul import Matmul
 from tilus_tvm.schedules.norms import LayerNorm, RMSNorm
+from tilus_tvm.schedules.quantized_matmul import QuantizedMatmul
 from tilus_tvm.schedules.softmax import OnlineSoftmax, Softmax
 from tilus_tvm.tune import configure, library, space_of, tunable_of
 
 # the modules (the package exports functions of the same names)
-attention, matmul, norms, softmax = (importlib.import_module(f"tilus_tvm.schedules.{name}")
-                                     for name in ("attention", "matmul", "norms", "softmax"))
+attention, matmul, norms, softmax, quantized = (importlib.import_module(f"tilus_tvm.schedules.{name}")
+                                                for name in ("attention", "matmul", "norms", "softmax",
+                                                             "quantized_matmul"))
 
 
 def configs_of(cls, **fixed):
@@ -24,7 +26,7 @@ def configs_of(cls, **fixed):
 
 
 def test_library_spaces_are_opt_in_and_keep_the_default_configurations():
-    for cls in (Matmul, FlashAttention, Softmax, OnlineSoftmax, LayerNorm, RMSNorm):
+    for cls in (Matmul, FlashAttention, Softmax, OnlineSoftmax, LayerNorm, RMSNorm, QuantizedMatmul):
         assert space_of(cls).opt_in, cls
         assert cls.__call__ is Script._launch, cls  # an explicitly configured kernel launches as before
     assert Matmul().hyper_parameters()["block_m"] == 128 and tunable_of(Matmul()) is None
@@ -58,6 +60,24 @@ def test_attention_and_row_spaces_hold_the_hand_choices():
     assert {"chunk": 4096, "warps": 8} in tunable_of(tilus.tune.tunable(OnlineSoftmax)).configs()
 
 
+def weight_format(dtype="uint4b", group_size=128, k=4096, n=256):
+    from tilus_tvm.dtypes import as_dtype
+    from tilus_tvm.schedules.quantized_weight import WeightFormat
+
+    return WeightFormat(as_dtype(dtype), k, n, group_size)
+
+
+def test_quantized_space_holds_the_hand_table():
+    from dataclasses import asdict
+
+    fmt = weight_format()
+    configs = tunable_of(tilus.tune.tunable(QuantizedMatmul, fmt=fmt)).configs()
+    assert len(configs) == 25 and space_of(QuantizedMatmul).buckets == {"m_size": "pow2"}
+    for m in (1, 8, 16, 17, 48, 64, 256):
+        chosen = asdict(quantized.choose_config(m, fmt))
+        assert {name: chosen[name] for name in space_of(QuantizedMatmul).names} in configs, m
+
+
 def test_every_library_configuration_is_accepted_by_its_constructor():
     for bm, bn, w, bk, st in configs_of(Matmul):
         Matmul(bm, bn, bk, w, st, dtype=bfloat16)
@@ -65,6 +85,10 @@ def test_every_library_configuration_is_accepted_by_its_constructor():
         FlashAttention(head_dim=64, **config)
     for config in tunable_of(tilus.tune.tunable(OnlineSoftmax)).configs():
         OnlineSoftmax(dtype=float16, **config)
+    for fmt in (weight_format(), weight_format("int3b", 32)):  # one unit a lane, and units in pairs
+        assert fmt.units == (1 if fmt.dtype.nbits == 4 else 2)
+        for config in tunable_of(tilus.tune.tunable(QuantizedMatmul, fmt=fmt)).configs():
+            QuantizedMatmul(fmt, bfloat16, **config)
 
 
 def test_use_tuned_switch(monkeypatch):
@@ -100,7 +124,8 @@ def test_tuned_kernel_is_one_tunable_per_class_and_arguments():
 def test_library_functions_take_tune():
     import inspect
 
-    for fn in (matmul.matmul, attention.flash_attention, softmax.softmax, norms.layer_norm, norms.rms_norm):
+    for fn in (matmul.matmul, attention.flash_attention, softmax.softmax, norms.layer_norm, norms.rms_norm,
+               quantized.quantized_matmul):
         parameter = inspect.signature(fn).parameters["tune"]
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None, fn
 
@@ -140,3 +165,54 @@ def test_a_float_scalar_is_fixed_and_not_taken_for_a_tensor():
     assert len(infos) == 3 and list(infos[0].shape) == list(infos[2].shape) == [100, 4096]  # x, w, y
     candidate = next(iter(measure.candidate_module(func, {"rows": 100, "eps": 1e-6}, "{}").functions.values()))
     assert not any(measure.is_scalar_param(p) for p in candidate.params)
+
+
+def test_quantized_matmul_tunes_the_tile_and_keeps_the_tables_split(monkeypatch):
+    """quantized_matmul(tune=True) on the CPU, launches recorded: the fake runner's fastest tile is launched
+    with the split the table gives the batch, and SplitKSum after it; ~void tensors are sized for the
+    runner from the call's tensors."""
+    import torch
+
+    import tilus_tvm.lang.script as script_module
+    import tilus_tvm.target
+
+    from tests.tune.fakes import ConfigRunner, FakeBuilder
+
+    launched = []
+    monkeypatch.setattr(script_module, "_RUNTIME_LAUNCH", lambda script, args: launched.append(script))
+    monkeypatch.setattr(tilus_tvm.target, "current_arch", lambda: "sm_90")
+    runner = ConfigRunner(lambda c: 1e-3 * (1 + (c["warps"] != 8) + (c["block_m"] != 16) + (c["units_per_warp"] != 2)))
+    configure(builder=FakeBuilder(), runner=runner, progress=False)
+    try:
+        packed = quantized.pack_weight(torch.randint(0, 16, (4096, 256)).float(), "uint4b", 128)
+        a, scales = torch.zeros(3, 4096, dtype=torch.float16), torch.ones(32, 256, dtype=torch.float16)
+        quantized.quantized_matmul(a, packed, scales, tune=True)
+        with pytest.raises(LaunchError, match="give config or tune=True, not both"):
+            quantized.quantized_matmul(a, packed, scales, config=quantized.Config(), tune=True)
+    finally:
+        configure()
+    assert len(runner.runs) == 25
+    kernel, split_sum = launched
+    chosen = kernel.hyper_parameters()
+    assert (chosen["warps"], chosen["units_per_warp"], chosen["block_m"]) == (8, 2, 16)
+    assert chosen["split_k"] == quantized.choose_config(3, packed.format).split_k == split_sum.splits > 1
+
+
+def test_flat_buffers_take_the_size_of_the_calls_tensors():
+    import torch
+
+    from tilus_tvm.tune import measure
+
+    packed = quantized.pack_weight(torch.randint(0, 16, (4096, 256)).float(), "uint4b", 128)
+    a, scales = torch.zeros(3, 4096, dtype=torch.float16), torch.ones(32, 256, dtype=torch.float16)
+    args = (3, a, packed.storage, scales, scales, torch.zeros(3, 256, dtype=torch.float16), torch.zeros(1))
+    sizes = measure.call_tensor_bytes(QuantizedMatmul, args)
+    assert sizes == {"a_ptr": 3 * 4096 * 2, "w_ptr": 4096 * 256 // 2, "s_ptr": 32 * 256 * 2, "z_ptr": 32 * 256 * 2,
+                     "out_ptr": 3 * 256 * 2, "ws_ptr": 4}
+    func = next(iter(QuantizedMatmul(packed.format).lower(*args, target="sm_90", dps=True).functions.values()))
+    infos = {p.name: info for p, info in zip([p for p in func.params if not measure.is_scalar_param(p)],
+                                             measure.args_info(func, {"m_size": 3}, sizes))}
+    assert list(infos["a_ptr"].shape) == [3 * 4096] and infos["a_ptr"].dtype == "float16"
+    assert list(infos["w_ptr"].shape) == [4096 * 256 // 8] and infos["w_ptr"].dtype == "int32"
+    with pytest.raises(Exception, match="a_ptr_numel of a_ptr does not follow from the call's scalars"):
+        measure.args_info(func, {"m_size": 3})

@@ -34,6 +34,12 @@ share it; the weights still go straight to registers (each is used by one warp o
 
 The grid is (M / block_m, N / block_n): the batch tiles of one weight tile run next to each other,
 so a weight tile read by several batch tiles comes from L2 after the first.
+
+``QuantizedMatmul`` carries an ``opt_in`` ``@autotune`` space of 25 configurations (the block's
+channels as warps x units, and its batch rows with the matching load path), which holds every
+configuration of the hand table. ``quantized_matmul(..., tune=True)`` launches the tuned one; K's
+split is not tuned: it is the hand table's for the batch (:func:`choose_config`), fixed for the
+tuning, so every candidate is timed with the same split and the same :class:`SplitKSum` after it.
 """
 from __future__ import annotations
 
@@ -47,6 +53,7 @@ from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.schedules.quantized_weight import (QuantizedWeight, WeightFormat, check_weight, check_weight_dtype,
                                                   dequantize, pack_weight, quantize_weight)
+from tilus_tvm.tune.library import tuned_kernel, use_tuned
 
 __all__ = ["QuantizedMatmul", "SplitKSum", "Config", "quantized_matmul", "pack_weight", "quantize_weight", "dequantize",
            "QuantizedWeight", "kernel_layouts", "choose_config"]
@@ -70,6 +77,18 @@ def kernel_layouts(fmt: WeightFormat, warps: int, units_per_warp: int, block_m: 
     return words, a, permute(b, [1, 0]), b, c
 
 
+# (warps, units_per_warp): 64 to 256 channels a block (units of 16; units_per_warp=1 is refused for
+# formats whose units come in pairs)
+TUNED_CHANNELS = [(2, 2), (4, 2), (8, 2), (2, 4), (4, 4)]
+# (block_m, prefetch, stage_activations, stages, scale_weights): batch rows with the load path that
+# suits them -- registers with two k-steps of weights in flight for decode batches, cp.async-staged
+# activations and scaled weights for larger ones (the hand table's rows, and 32 rows unstaged)
+TUNED_ROWS = [(8, 2, False, 2, False), (16, 2, False, 2, False), (32, 2, False, 2, False), (32, 1, True, 3, True),
+              (64, 1, True, 3, True)]
+
+
+@tilus.autotune("warps, units_per_warp", TUNED_CHANNELS, bucket={"m_size": "pow2"}, opt_in=True)
+@tilus.autotune("block_m, prefetch, stage_activations, stages, scale_weights", TUNED_ROWS)
 class QuantizedMatmul(tilus.Script):
     """``out = a @ w`` for one packed weight format (see the module docstring).
 
@@ -271,13 +290,17 @@ def _multiprocessors(device_index: int) -> int:
 
 
 def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros: Any = None, out: Any = None, *,
-                     dtype: Any = None, group_size: Optional[int] = None, config: Optional[Config] = None) -> Any:
+                     dtype: Any = None, group_size: Optional[int] = None, config: Optional[Config] = None,
+                     tune: Optional[bool] = None) -> Any:
     """``a @ w`` for a CUDA float16/bfloat16 ``a`` [..., K] and a weight packed by :func:`pack_weight`.
 
     ``w[k, n] = (value(q[k, n]) - zeros[k // g, n]) * scales[k // g, n]``; ``scales`` (and ``zeros``)
     are [K / g, N] tensors of a's dtype. ``dtype`` / ``group_size``, when given, are checked against
     what the weight was packed for. ``out`` ([..., N], a's dtype, contiguous) receives the result.
     ``config`` (a :class:`Config`) overrides the kernel configuration :func:`choose_config` picks.
+    ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) takes the block's tile from the
+    tuning database instead (the first call of a key -- the weight format, dtypes, the GPU, M rounded
+    up to a power of two -- tunes ``QuantizedMatmul``'s space), K's split still from the table.
     Every argument is checked before anything is launched.
 
     >>> qw, s, _ = quantize_weight(w, "uint4b", group_size=128)      # doctest: +SKIP
@@ -301,6 +324,9 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
     if config is not None and not isinstance(config, Config):
         raise LaunchError(f"quantized_matmul: config must be a tilus_tvm.schedules.quantized_matmul.Config, got "
                           f"{config!r}")
+    tuned = use_tuned(tune, "quantized_matmul")
+    if tuned and config is not None:
+        raise LaunchError("quantized_matmul: give config or tune=True, not both (config fixes what tuning chooses)")
     rows = a.reshape(-1, fmt.k)
     if not rows.is_contiguous():
         rows = rows.contiguous()
@@ -314,7 +340,11 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
     if config is None:
         sms = _multiprocessors(a.device.index if a.device.index is not None else 0) if a.is_cuda else 132
         config = choose_config(m, fmt, sms)
-    kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
+    if tuned:
+        kernel = tuned_kernel(QuantizedMatmul, fmt=fmt, dtype=bfloat16 if a.dtype == torch.bfloat16 else float16,
+                              zero_points=zeros is not None, split_k=config.split_k)
+    else:
+        kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
     if not m:
         return out
     splits = config.split_k

@@ -239,7 +239,8 @@ class _Search:
         config_json = encode_config(config)
         prim_func = next(iter(mod.functions.values()))
         if self.args_info is None:
-            self.args_info = measure.args_info(prim_func, self.key.scalars)
+            self.args_info = measure.args_info(prim_func, self.key.scalars,
+                                               measure.call_tensor_bytes(self.tunable.cls, self.args))
         return _Candidate(config, config_json, measure.candidate_module(prim_func, self.key.scalars, config_json))
 
     def fail(self, config: dict, stage: str, error: Any) -> Trial:

@@ -104,8 +104,12 @@ def candidate_module(prim_func, scalar_values: dict[str, Any], config_json: str)
     return tvm.IRModule({ENTRY: func})
 
 
-def args_info(prim_func, scalar_values: dict[str, Any]) -> list:
-    """``ms.arg_info.TensorInfo`` of each tensor parameter, its shape evaluated at the call's scalars."""
+def args_info(prim_func, scalar_values: dict[str, Any], tensor_bytes: Optional[dict[str, int]] = None) -> list:
+    """``ms.arg_info.TensorInfo`` of each tensor parameter, its shape evaluated at the call's scalars.
+
+    A parameter the kernel reads as a flat buffer of any length (a ``~void`` or ``~T`` pointer it
+    never gives a shape) takes the size of the call's tensor: ``tensor_bytes`` (by parameter name,
+    :func:`call_tensor_bytes`) in the buffer's elements."""
     import tvm.sym
 
     infos = []
@@ -119,12 +123,34 @@ def args_info(prim_func, scalar_values: dict[str, Any]) -> list:
                 if var.name in scalar_values:
                     analyzer.bind(var, tvm.tirx.const(scalar_values[var.name], str(var.ty)))
             value = analyzer.simplify(dim)
-            if not isinstance(value, tvm.tirx.IntImm):
+            if isinstance(value, tvm.tirx.IntImm):
+                shape.append(int(value))
+            elif len(param.shape) == 1 and tensor_bytes and param.name in tensor_bytes:
+                element_bytes = max(1, tvm.DataType(str(param.dtype)).bits // 8)
+                shape.append(max(1, -(-tensor_bytes[param.name] // element_bytes)))
+            else:
                 raise TuningError(f"args_info: dimension {dim} of {param.name} does not follow from the "
                                   f"call's scalars {scalar_values}")
-            shape.append(int(value))
         infos.append(ms.arg_info.TensorInfo(str(param.dtype), shape))
     return infos
+
+
+def call_tensor_bytes(cls: type, args: tuple) -> dict[str, int]:
+    """Bytes from the first element to the last of each tensor the call passes to ``cls``, by the
+    kernel parameter's name (what :func:`args_info` sizes flat buffers with)."""
+    import torch
+
+    from tilus_tvm.lang.arguments import _span
+    from tilus_tvm.lowp import PackedTensor
+    from tilus_tvm.pipeline import signature
+    from tilus_tvm.ir.scalar import c_identifier
+
+    sizes = {}
+    for spec, value in zip(signature(cls), args):
+        tensor = value.storage if isinstance(value, PackedTensor) else value
+        if spec.kind == "pointer" and isinstance(tensor, torch.Tensor):
+            sizes[c_identifier(spec.name)] = _span(tensor) * tensor.element_size()
+    return sizes
 
 
 @derived_object

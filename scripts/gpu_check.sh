@@ -9,6 +9,8 @@
 #   bash scripts/gpu_check.sh tests        # only the tests
 #   bash scripts/gpu_check.sh benches      # only the benchmarks (and the sanitizer)
 #   LIMIT=200 bash scripts/gpu_check.sh tests   # seconds allowed to each test group
+#   ONLY="tune tune_tir" bash scripts/gpu_check.sh tests      # some test groups
+#   BENCHES="norms quantized" bash scripts/gpu_check.sh benches  # some benchmarks
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-gpu_logs}
@@ -46,15 +48,24 @@ if [[ $what == all || $what == tests ]]; then
   wait
 fi
 
+# name:seconds:command -- BENCHES="norms tuning" runs just these (one device call allows 600 s)
+BENCH_LIST=(
+  "sanitize:300:compute-sanitizer --tool memcheck python3 scripts/sanitize_kernels.py"
+  "matmul:300:python3 scripts/bench_matmul.py"
+  "norms:300:python3 scripts/bench_norms.py"
+  "attention:300:python3 scripts/bench_attention.py"
+  "quantized:300:python3 scripts/bench_quantized.py"
+  "tuning:560:python3 scripts/bench_tuning.py"
+  "relax:400:python3 scripts/bench_relax.py"
+  "overhead:120:python3 scripts/bench_overhead.py"
+)
+benches=${BENCHES:-}
 if [[ $what == all || $what == benches ]]; then
-  timeout 600 compute-sanitizer --tool memcheck python3 scripts/sanitize_kernels.py > "$LOGS/sanitize_memcheck.txt" 2>&1
-  timeout 300 python3 scripts/bench_matmul.py > "$LOGS/bench_matmul.txt" 2>&1
-  timeout 300 python3 scripts/bench_norms.py > "$LOGS/bench_norms.txt" 2>&1
-  timeout 300 python3 scripts/bench_attention.py > "$LOGS/bench_attention.txt" 2>&1
-  timeout 300 python3 scripts/bench_quantized.py > "$LOGS/bench_quantized.txt" 2>&1
-  timeout 600 python3 scripts/bench_tuning.py > "$LOGS/bench_tuning.txt" 2>&1
-  timeout 400 python3 scripts/bench_relax.py > "$LOGS/bench_relax.txt" 2>&1
-  timeout 120 python3 scripts/bench_overhead.py > "$LOGS/bench_overhead.txt" 2>&1
+  for bench in "${BENCH_LIST[@]}"; do
+    name=${bench%%:*}; rest=${bench#*:}; seconds=${rest%%:*}; command=${rest#*:}
+    [[ -z $benches || " $benches " == *" $name "* ]] || continue
+    timeout -s INT -k 20 "$seconds" $command > "$LOGS/bench_$name.txt" 2>&1
+  done
 fi
 
 for log in "$LOGS"/*.txt; do

@@ -12,6 +12,7 @@
 #   ONLY="tune tune_tir" bash scripts/gpu_check.sh tests      # some test groups
 #   BENCHES="norms quantized" bash scripts/gpu_check.sh benches  # some benchmarks
 set -uo pipefail
+shopt -s nullglob
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-gpu_logs}
 LIMIT=${LIMIT:-300}

@@ -16,11 +16,11 @@ from typing import Any, Callable
 from tilus_tvm.errors import LayoutError
 from tilus_tvm.layout.cute import int_tuple as it
 from tilus_tvm.layout.cute.int_tuple import IntTuple
-from tilus_tvm.layout.cute.layout import Layout, _as_coord, check_coord
+from tilus_tvm.layout.cute.layout import Layout, ShapeQueries, _as_coord, check_coord
 
 
 @dataclass(frozen=True, init=False)
-class IdentityLayout:
+class IdentityLayout(ShapeQueries):
     """The layout that maps every coordinate of ``shape`` to itself, as a natural (h-D) tuple;
     CuTe's ``make_identity_layout``, whose strides are the basis elements ``1@i``.
 
@@ -35,18 +35,6 @@ class IdentityLayout:
         if any(s < 1 for s in it.flatten(shape)):
             raise LayoutError(f"make_identity_layout: shape entries must be positive, got {it.int_tuple_str(shape)}")
         object.__setattr__(self, "shape", shape)
-
-    @property
-    def size(self) -> int:
-        return it.product(self.shape)
-
-    @property
-    def rank(self) -> int:
-        return it.rank(self.shape)
-
-    @property
-    def depth(self) -> int:
-        return it.depth(self.shape)
 
     def __call__(self, *coord: Any, strict: bool = False) -> tuple:
         """The natural coordinate of ``coord``; past the size the last mode takes the overflow, as

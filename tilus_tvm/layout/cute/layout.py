@@ -38,8 +38,29 @@ from tilus_tvm.layout.cute import int_tuple as it
 from tilus_tvm.layout.cute.int_tuple import IntTuple
 
 
+class ShapeQueries:
+    """``size``, ``rank`` and ``depth`` of a layout's ``shape`` (an IntTuple)."""
+
+    shape: IntTuple
+
+    @property
+    def size(self) -> int:
+        """Number of coordinates: ``product(shape)``."""
+        return it.product(self.shape)
+
+    @property
+    def rank(self) -> int:
+        """Number of top-level modes (1 for an int shape)."""
+        return it.rank(self.shape)
+
+    @property
+    def depth(self) -> int:
+        """Nesting depth of the shape (0 for an int shape)."""
+        return it.depth(self.shape)
+
+
 @dataclass(frozen=True, init=False)
-class Layout:
+class Layout(ShapeQueries):
     """``Layout(shape, stride=None)``: CuTe's ``shape:stride``, with ``stride`` congruent to ``shape``.
 
     >>> Layout(4, 2)(3)
@@ -62,22 +83,7 @@ class Layout:
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "stride", stride)
 
-    # ---- queries -------------------------------------------------------------------------------
-    @property
-    def size(self) -> int:
-        """Number of coordinates: ``product(shape)``."""
-        return it.product(self.shape)
-
-    @property
-    def rank(self) -> int:
-        """Number of top-level modes (1 for an int shape)."""
-        return it.rank(self.shape)
-
-    @property
-    def depth(self) -> int:
-        """Nesting depth of the shape (0 for an int shape)."""
-        return it.depth(self.shape)
-
+    # ---- queries (size, rank, depth: ShapeQueries) ---------------------------------------------
     @property
     def cosize(self) -> int:
         """One past the largest value (with strides taken by absolute value): ``L(size-1) + 1``."""

@@ -134,6 +134,22 @@ def test_int4_pair_prmt_lop3(signed):
     check_pairs("float16", dtype, pair)
 
 
+@pytest.mark.parametrize("pair", [0, 1])
+@pytest.mark.parametrize("signed", [False, True])
+def test_byte_pair_prmt(signed, pair):
+    """int8/uint8 -> float16: every code in both lanes, the word's other bytes noise."""
+    dtype = int_type(8, signed)
+    ops = rules.PortableOps()
+
+    def bytes_pair(b, i):
+        low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
+        noise = tirx.const(0x5AC3 << (16 * (1 - pair)), "uint32")
+        word = (b["c0"][i] << low) | (b["c1"][i] << high) | noise
+        return rules.byte_pair(ops, word, pair, signed)
+
+    check_pairs("float16", dtype, bytes_pair)
+
+
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
 @pytest.mark.parametrize("dtype", [t for t in INTEGERS if t.nbits < 8], ids=str)
 def test_int_pair_magic_number(half, dtype):

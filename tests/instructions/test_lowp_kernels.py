@@ -48,7 +48,8 @@ def ptx_of(kernel, *args, target="sm_90"):
 CASTS = [("uint4b", "float16"), ("int4b", "float16"), ("uint2b", "bfloat16"), ("int3b", "float16"),
          ("uint6b", "float32"), ("float4_e2m1", "bfloat16"), ("float6_e3m2", "float16"), ("float8_e4m3", "float16"),
          ("float8_e5m2", "float32"), ("float8_e8m0", "float32"), ("float16", "uint4b"), ("float32", "int6b"),
-         ("float16", "float8_e4m3"), ("bfloat16", "float6_e2m3"), ("uint4b", "int2b"), ("float32", "uint8")]
+         ("float16", "float8_e4m3"), ("bfloat16", "float6_e2m3"), ("uint4b", "int2b"), ("float32", "uint8"),
+         ("int8", "float16"), ("uint8", "bfloat16")]
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90"])
@@ -67,6 +68,14 @@ def test_u4_to_f16_is_prmt_lop3_fma_and_vector_loads():
     assert "prmt.b32" in ptx and "lop3.b32" in ptx and "fma.rn.f16x2" in ptx
     assert re.search(r"ld\.global(\.nc)?\.v2\.[ub]32", ptx)  # 16 codes a thread: 8 bytes at once
     assert "cvt.rn.f16.f32" not in ptx  # no element went through float32
+
+
+@pytest.mark.parametrize("src", ["uint8", "int8"])
+def test_8bit_integers_to_f16_are_prmt_fma_not_cvt(src):
+    kernel = K.cast_copy(dtypes.as_dtype(src), dtypes.float16, rows=32, cols=64)
+    ptx = ptx_of(kernel, 100, tensor_for(src, 6400), tensor_for("float16", 6400))
+    assert "prmt.b32" in ptx and "fma.rn.f16x2" in ptx
+    assert not re.search(r"cvt\.rn\.f16\.[su]", ptx)  # no per-element integer conversion
 
 
 def test_fp8_uses_cvt_from_sm_89_and_bit_placement_before():

@@ -17,6 +17,9 @@ tensor stay in registers). Fast paths, two slots at a time, into ``float16``/``b
 
 - ``uint4b``/``int4b`` -> float16: ``prmt`` + ``lop3`` + one ``fma.rn.f16x2`` per byte (the
   magic number 1024, :func:`cast_rules.int4_pair`);
+- ``uint8``/``int8`` -> float16: one ``prmt`` and one ``fma.rn.f16x2`` per two bytes (the same
+  magic number, :func:`cast_rules.byte_pair`), where C's conversion takes one ``cvt`` -- a
+  quarter-rate instruction -- per element;
 - other integers of at most 7 bits: their two codes or'ed into the magic pattern, one paired fma;
 - floats whose fields fit the target (``float4_e2m1``, ``float6_e3m2``, ``float6_e2m3``,
   ``float8_e4m3``, ``float8_e5m2``...): fields placed, one paired multiply;
@@ -121,6 +124,18 @@ def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) ->
         for i in range(int(dst_buf.shape[0])):
             Tb.buffer_store(dst_buf, src_buf[i], [i])
         return
+    if _byte_pairs(source, target):  # the bytes gathered into words (which the compiler sees through)
+        slots = out.layout.local_size
+        codes = [tirx.Cast("uint32", tirx.reinterpret("uint8", src_buf[i]) if source.signed else src_buf[i])
+                 for i in range(slots)]
+        words = pack_words(codes, 8)
+        ops = PtxOps()
+        for p in range(slots // 2):
+            bits = rules.byte_pair(ops, words[p // 2], p % 2, source.signed)
+            Tb.buffer_store(dst_buf, tirx.reinterpret("float16x2", bits), [tirx.Ramp(2 * p, 1, 2)])
+        if slots % 2:  # an odd last slot
+            Tb.buffer_store(dst_buf, tirx.Cast(target.tvm_name, src_buf[slots - 1]), [slots - 1])
+        return
     if not follows_lowp(source, target):
         with Tb.unroll(0, out.layout.local_size) as i:
             Tb.buffer_store(dst_buf, tirx.Cast(target.tvm_name or target.name, src_buf[i]), [i])
@@ -144,6 +159,11 @@ def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) ->
         Tb.buffer_store(dst_buf, convert(inputs[slot], source, target), [slot])
 
 
+def _byte_pairs(source: DataType, target: DataType) -> bool:
+    """``int8``/``uint8`` into ``float16`` (:func:`cast_rules.byte_pair`)."""
+    return source.name in ("int8", "uint8") and target.name == "float16"
+
+
 def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_fp8: bool) -> int:
     """Store slot pairs converted by a fast path into the 16-bit float tensor; the slots done."""
     pairs = len(codes) // 2
@@ -155,7 +175,7 @@ def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_
                                           tirx.Cast("uint16", bits_of(words, 2 * p * 8, 16)))
     elif source.is_integer and source.nbits == 4 and half == "float16":
         convert_pair = lambda p: rules.int4_pair(ops, words[p // 4], p % 4, source.signed)  # noqa: E731
-    elif source.is_integer:
+    elif source.is_integer and source.nbits <= rules.HALF_MAGIC[half][2]:
         convert_pair = lambda p: rules.int_pair(ops, codes[2 * p: 2 * p + 2], source, half)  # noqa: E731
     elif rules.float_pair_supported(source, half):
         convert_pair = lambda p: rules.float_pair(ops, codes[2 * p: 2 * p + 2], source, half)  # noqa: E731

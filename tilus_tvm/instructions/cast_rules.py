@@ -248,6 +248,19 @@ def int4_pair(ops: Any, word: Any, byte: int, signed: bool):
     return ops.fma2(bits, (1.0, 1.0 / 16), (-magic, -magic / 16), half)
 
 
+def byte_pair(ops: Any, word: Any, pair: int, signed: bool):
+    """The two float16 of the 8-bit integers in bytes ``2 * pair`` and ``2 * pair + 1`` of ``word``
+    (``int8`` codes are two's complement): one ``prmt`` puts each byte under the magic pattern's
+    high byte ``0x64`` (``0x6400 | b`` is ``1024 + b``; ``int8`` takes ``word ^ 0x80808080`` first,
+    ``b + 128``), one paired fma removes the offset."""
+    pattern, magic, _ = HALF_MAGIC["float16"]
+    high = pattern >> 8
+    source = word ^ u32(0x80808080) if signed else word
+    bits = ops.prmt(source, u32(high * 0x01010101), 0x4040 | (2 * pair + 1) << 8 | 2 * pair)
+    offset = 128.0 if signed else 0.0
+    return ops.fma2(bits, (1.0, 1.0), (-magic - offset, -magic - offset), "float16")
+
+
 def int_pair(ops: Any, codes: Sequence[Any], dtype: DataType, half: str):
     """The 16-bit floats of two integer codes (uint32 expressions), by the magic number."""
     pattern, magic, _ = HALF_MAGIC[half]

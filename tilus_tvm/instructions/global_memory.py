@@ -101,12 +101,23 @@ def emit_load_global(ctx: CodegenContext, inst: ir.LoadGlobal) -> None:
         return packed_memory.emit_load_global(ctx, inst)
     access = _GlobalAccess(ctx, out.layout, inst.src, inst.offsets, inst.dims)
     view, buf, width = ctx.view(inst.src), ctx.reg(out), access.width
+    # TVM 0.27's CUDA codegen prints a zero of more than four 8-bit lanes as make_uint4 (or
+    # make_uint2) of one argument a lane, which does not compile: such vectors are zeroed lane by lane
+    lanewise_zero = out.dtype.nbits == 8 and width > 4
     zero = const(0, out.dtype) if width == 1 else tirx.Broadcast(const(0, out.dtype), width)
     with Tb.unroll(0, out.layout.local_size // width) as j:
         coords = access.coords(j * width)
         load = tirx.BufferLoad(*access.element(view, coords))
         cond = global_bounds(inst.src, coords)
-        Tb.buffer_store(buf, tirx.if_then_else(cond, load, zero), [access.slots(j * width)])
+        if not lanewise_zero:
+            Tb.buffer_store(buf, tirx.if_then_else(cond, load, zero), [access.slots(j * width)])
+        else:
+            with Tb.If(cond):
+                with Tb.Then():
+                    Tb.buffer_store(buf, load, [access.slots(j * width)])
+                with Tb.Else():
+                    for lane in range(width):
+                        Tb.buffer_store(buf, const(0, out.dtype), [j * width + lane])
 
 
 def emit_store_global(ctx: CodegenContext, inst: ir.StoreGlobal) -> None:

@@ -150,6 +150,37 @@ def test_byte_pair_prmt(signed, pair):
     check_pairs("float16", dtype, bytes_pair)
 
 
+@pytest.mark.parametrize("half_word", [0, 1])
+def test_e2m1_quad_prmt_lookup(half_word):
+    """float4_e2m1 -> float16 four codes at a time: every 16-bit pattern of four codes, in either half of
+    the word (the other half noise), both output pairs."""
+    quads = np.arange(1 << 16, dtype=np.uint32)
+    noise = np.uint32(0x9A3F)
+    words = (quads << np.uint32(16 * half_word)) | (noise << np.uint32(16 * (1 - half_word)))
+    ops = rules.PortableOps()
+    out = run_cpu(lambda b, i: dict(zip(("p0", "p1"), rules.e2m1_quad(ops, b["w"][i], half_word))), {"w": words},
+                  {"p0": np.zeros(len(words), np.uint32), "p1": np.zeros(len(words), np.uint32)})
+    values = np.array(lowp.all_values(dtypes.float4_e2m1), dtype=np.float64)
+    for slot in range(4):
+        codes = (quads >> np.uint32(4 * slot)) & np.uint32(0xF)
+        got = (out[f"p{slot // 2}"] >> np.uint32(16 * (slot % 2))) & np.uint32(0xFFFF)
+        assert got.tolist() == half_bits(values[codes], "float16").tolist(), slot  # -0 included
+
+
+def test_prmt_emulation_with_a_computed_selector_and_sign_replication():
+    ops = rules.PortableOps()
+    a, b = np.uint32(0x84_03_02_81), np.uint32(0x07_86_05_04)
+    cases = {0x3210: 0x84030281, 0x7654: 0x07860504, 0x0404: 0x81048104, 0x8888: 0xFFFFFFFF, 0x9999: 0x00000000,
+             0xCAE3: 0x0000FF84}
+    for selector, want in cases.items():
+        fixed = run_cpu(lambda buf, i: {"r": ops.prmt(buf["a"][i], buf["b"][i], selector)},
+                        {"a": np.array([a]), "b": np.array([b])}, {"r": np.zeros(1, np.uint32)})["r"][0]
+        computed = run_cpu(lambda buf, i: {"r": ops.prmt(buf["a"][i], buf["b"][i], buf["s"][i])},
+                           {"a": np.array([a]), "b": np.array([b]), "s": np.array([selector], np.uint32)},
+                           {"r": np.zeros(1, np.uint32)})["r"][0]
+        assert int(fixed) == int(computed) == want, hex(selector)
+
+
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
 @pytest.mark.parametrize("dtype", [t for t in INTEGERS if t.nbits < 8], ids=str)
 def test_int_pair_magic_number(half, dtype):

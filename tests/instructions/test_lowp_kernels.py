@@ -78,6 +78,13 @@ def test_8bit_integers_to_f16_are_prmt_fma_not_cvt(src):
     assert not re.search(r"cvt\.rn\.f16\.[su]", ptx)  # no per-element integer conversion
 
 
+def test_e2m1_to_f16_is_a_prmt_lookup():
+    kernel = K.cast_copy(dtypes.float4_e2m1, dtypes.float16, rows=32, cols=64)
+    ptx = ptx_of(kernel, 100, tensor_for("float4_e2m1", 6400), tensor_for("float16", 6400))
+    assert ptx.count("prmt.b32") >= 4 * 16 // 4  # four a 16-bit half word, 16 codes a thread
+    assert "fma.rn.f16x2" not in ptx and "cvt.rn.f16" not in ptx  # exact bytes: no arithmetic
+
+
 def test_fp8_uses_cvt_from_sm_89_and_bit_placement_before():
     kernel = K.cast_copy(dtypes.float8_e4m3, dtypes.float16, rows=32, cols=64)
     args = (100, tensor_for("float8_e4m3", 6400), tensor_for("float16", 6400))

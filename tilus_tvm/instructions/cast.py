@@ -21,6 +21,8 @@ tensor stay in registers). Fast paths, two slots at a time, into ``float16``/``b
   magic number, :func:`cast_rules.byte_pair`), where C's conversion takes one ``cvt`` -- a
   quarter-rate instruction -- per element;
 - other integers of at most 7 bits: their two codes or'ed into the magic pattern, one paired fma;
+- ``float4_e2m1`` -> float16: four codes at a time by four ``prmt`` (a byte lookup of the
+  magnitudes' high bytes, one of the signs, two spreading them; :func:`cast_rules.e2m1_quad`);
 - floats whose fields fit the target (``float4_e2m1``, ``float6_e3m2``, ``float6_e2m3``,
   ``float8_e4m3``, ``float8_e5m2``...): fields placed, one paired multiply;
 - on sm_89 and newer (a second registration): ``float8_e4m3``/``float8_e5m2`` from and to 16- and
@@ -84,8 +86,12 @@ class PtxOps:
     def call(cls, name: str, *args: Any, return_type: str = "uint32"):
         return Tb.cuda.func_call(name, *args, source_code=cls.SOURCES[name], return_type=return_type)
 
-    def prmt(self, a: Any, b: Any, selector: int):
-        return self.call("tilus_prmt", a, b, u32(selector))
+    def prmt(self, a: Any, b: Any, selector: Any):
+        return self.call("tilus_prmt", a, b, u32(selector) if isinstance(selector, int) else selector)
+
+    def bind(self, value: Any):
+        """``value`` bound to a variable of the kernel, for reuse (the asm calls are not merged)."""
+        return Tb.Bind(value)
 
     def lop3(self, a: Any, b: Any, c: Any, lut: int):
         name = {rules.LOP3_AND_OR: "tilus_lop3_and_or", rules.LOP3_AND_XOR: "tilus_lop3_and_xor"}[lut]
@@ -169,6 +175,12 @@ def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_
     pairs = len(codes) // 2
     ops = PtxOps()
     family = float_family(source) if source.is_float else None
+    quads = 0
+    if source.name == "float4_e2m1" and half == "float16":  # four codes a 16-bit half word, by lookup
+        quads = pairs // 2
+        for q in range(quads):
+            for index, bits in enumerate(rules.e2m1_quad(ops, words[q // 2], q % 2)):
+                Tb.buffer_store(dst_buf, tirx.reinterpret("float16x2", bits), [tirx.Ramp(4 * q + 2 * index, 1, 2)])
     if hardware_fp8 and source.nbits == 8 and family in ("fn", "ieee") and half == "float16":
         kind = "e4m3" if family == "fn" else "e5m2"
         convert_pair = lambda p: ops.call(f"tilus_cvt_f16x2_{kind}x2",  # noqa: E731
@@ -181,7 +193,7 @@ def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_
         convert_pair = lambda p: rules.float_pair(ops, codes[2 * p: 2 * p + 2], source, half)  # noqa: E731
     else:
         return 0
-    for p in range(pairs):
+    for p in range(2 * quads, pairs):
         Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", convert_pair(p)), [tirx.Ramp(2 * p, 1, 2)])
     return 2 * pairs
 

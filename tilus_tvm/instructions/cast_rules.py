@@ -191,16 +191,34 @@ LOP3_AND_XOR = 0x6A  # (a & b) ^ c
 class PortableOps:
     """``prmt``, ``lop3`` and paired 16-bit arithmetic in plain TIR (exact for the values used here)."""
 
-    def prmt(self, a: Any, b: Any, selector: int):
+    def prmt(self, a: Any, b: Any, selector: Any):
         """PTX ``prmt.b32`` (default mode): byte ``i`` of the result is byte ``selector >> 4i & 7`` of
-        ``b:a`` (bytes 0-3 of a, 4-7 of b)."""
+        ``b:a`` (bytes 0-3 of a, 4-7 of b), or that byte's sign replicated where bit ``4i + 3`` is set.
+        ``selector``: an int, or a uint32 expression."""
         pieces = []
+        if not isinstance(selector, int):
+            both = tirx.Cast("uint64", a) | (tirx.Cast("uint64", b) << tirx.const(32, "uint64"))
         for i in range(4):
-            source = selector >> (4 * i) & 7
-            word = a if source < 4 else b
-            byte = (word >> u32(8 * (source % 4))) & u32(0xFF)
+            if isinstance(selector, int):
+                source = selector >> (4 * i) & 7
+                word = a if source < 4 else b
+                byte = (word >> u32(8 * (source % 4))) & u32(0xFF)
+                if selector >> (4 * i) & 8:
+                    byte = tirx.Select(byte >= u32(0x80), u32(0xFF), u32(0))
+            else:
+                nibble = (selector >> u32(4 * i)) & u32(0xF)
+                shift = tirx.Cast("uint64", (nibble & u32(7)) * u32(8))
+                byte = tirx.Cast("uint32", (both >> shift) & tirx.const(0xFF, "uint64"))
+                byte = tirx.Select((nibble & u32(8)) != u32(0), tirx.Select(byte >= u32(0x80), u32(0xFF), u32(0)),
+                                   byte)
             pieces.append(byte << u32(8 * i) if i else byte)
         return pieces[0] | pieces[1] | pieces[2] | pieces[3]
+
+    def bind(self, value: Any):
+        """``value`` bound to a variable (a statement of the function being built), for reuse."""
+        from tvm.script.ir_builder import tirx as Tb
+
+        return Tb.Bind(value)
 
     def lop3(self, a: Any, b: Any, c: Any, lut: int):
         if lut == LOP3_AND_OR:
@@ -246,6 +264,22 @@ def int4_pair(ops: Any, word: Any, byte: int, signed: bool):
         return ops.fma2(bits, (1.0, 1.0 / 16), (-magic - 8, -magic / 16 - 8), half)
     bits = ops.lop3(spread, u32(0x00F0000F), u32(pattern | pattern << 16), LOP3_AND_OR)
     return ops.fma2(bits, (1.0, 1.0 / 16), (-magic, -magic / 16), half)
+
+
+# float16 high bytes of the float4_e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (their low bytes are all 0),
+# as the two words a prmt looks bytes up in
+E2M1_F16_HIGH = (0x3E3C3800, 0x46444240)
+
+
+def e2m1_quad(ops: Any, word: Any, half: int):
+    """The two float16 pairs of the four ``float4_e2m1`` codes in 16-bit half ``half`` of ``word``
+    (codes 4q..4q+3 at nibbles, the first lowest): one ``prmt`` looks up the four magnitudes' high
+    bytes, a second picks 0x80 or 0 for each sign, and two more put each byte over a zero byte."""
+    bits = word >> u32(16 * half) if half else word
+    magnitude = ops.prmt(u32(E2M1_F16_HIGH[0]), u32(E2M1_F16_HIGH[1]), bits & u32(0x7777))
+    sign = ops.prmt(u32(0x8000), u32(0), (bits >> u32(3)) & u32(0x1111))
+    high = ops.bind(magnitude | sign)  # used twice: computed once
+    return ops.prmt(high, u32(0), 0x1404), ops.prmt(high, u32(0), 0x3424)
 
 
 def byte_pair(ops: Any, word: Any, pair: int, signed: bool):

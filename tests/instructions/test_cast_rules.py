@@ -167,6 +167,25 @@ def test_e2m1_quad_prmt_lookup(half_word):
         assert got.tolist() == half_bits(values[codes], "float16").tolist(), slot  # -0 included
 
 
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", [t for t in INTEGERS if t.nbits <= 2], ids=str)
+def test_narrow_int_word_bytes(half, dtype):
+    """1- and 2-bit integers a word at a time: random words and the all-codes words, every slot."""
+    n, slots = dtype.nbits, 32 // dtype.nbits
+    rng = np.random.default_rng(n)
+    words = np.concatenate([rng.integers(0, 1 << 32, 4096, dtype=np.uint64).astype(np.uint32),
+                            np.array([0, 0xFFFFFFFF, 0xAAAAAAAA, 0x55555555, 0x1B1B1B1B, 0xE4E4E4E4], np.uint32)])
+    ops = rules.PortableOps()
+    names = [f"p{i}" for i in range(slots // 2)]
+    out = run_cpu(lambda b, i: dict(zip(names, rules.narrow_int_word(ops, b["w"][i], dtype, half))), {"w": words},
+                  {name: np.zeros(len(words), np.uint32) for name in names})
+    values = np.array(lowp.all_values(dtype), dtype=np.float64)
+    for slot in range(slots):
+        codes = (words >> np.uint32(slot * n)) & np.uint32((1 << n) - 1)
+        got = (out[f"p{slot // 2}"] >> np.uint32(16 * (slot % 2))) & np.uint32(0xFFFF)
+        assert got.tolist() == half_bits(values[codes], half).tolist(), slot
+
+
 def test_prmt_emulation_with_a_computed_selector_and_sign_replication():
     ops = rules.PortableOps()
     a, b = np.uint32(0x84_03_02_81), np.uint32(0x07_86_05_04)

@@ -78,6 +78,15 @@ def test_8bit_integers_to_f16_are_prmt_fma_not_cvt(src):
     assert not re.search(r"cvt\.rn\.f16\.[su]", ptx)  # no per-element integer conversion
 
 
+@pytest.mark.parametrize("src,dst,rows", [("uint2b", "float16", 32), ("int2b", "bfloat16", 32), ("int1b", "float16", 64)])
+def test_one_and_two_bit_integers_convert_a_word_at_a_time(src, dst, rows):
+    kernel = K.cast_copy(dtypes.as_dtype(src), dtypes.as_dtype(dst), rows=rows, cols=64)
+    ptx = ptx_of(kernel, 100, tensor_for(src, 6400), tensor_for(dst, 6400))
+    fma = "fma.rn.f16x2" if dst == "float16" else "fma.rn.bf16x2"
+    pairs = rows * 64 // 128 // 2  # a thread's codes (one 32-bit word of them) in pairs
+    assert ptx.count(fma) == pairs and ptx.count("prmt.b32") >= pairs
+
+
 def test_e2m1_to_f16_is_a_prmt_lookup():
     kernel = K.cast_copy(dtypes.float4_e2m1, dtypes.float16, rows=32, cols=64)
     ptx = ptx_of(kernel, 100, tensor_for("float4_e2m1", 6400), tensor_for("float16", 6400))

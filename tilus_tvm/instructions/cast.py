@@ -20,6 +20,8 @@ tensor stay in registers). Fast paths, two slots at a time, into ``float16``/``b
 - ``uint8``/``int8`` -> float16: one ``prmt`` and one ``fma.rn.f16x2`` per two bytes (the same
   magic number, :func:`cast_rules.byte_pair`), where C's conversion takes one ``cvt`` -- a
   quarter-rate instruction -- per element;
+- 1- and 2-bit integers: a word's codes at a time, masked by bytes, interleaved and put under the
+  magic pattern by ``prmt``, one paired fma (:func:`cast_rules.narrow_int_word`);
 - other integers of at most 7 bits: their two codes or'ed into the magic pattern, one paired fma;
 - ``float4_e2m1`` -> float16: four codes at a time by four ``prmt`` (a byte lookup of the
   magnitudes' high bytes, one of the signs, two spreading them; :func:`cast_rules.e2m1_quad`);
@@ -175,12 +177,21 @@ def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_
     pairs = len(codes) // 2
     ops = PtxOps()
     family = float_family(source) if source.is_float else None
-    quads = 0
+    def store(pair: int, bits) -> None:
+        Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), [tirx.Ramp(2 * pair, 1, 2)])
+
+    first = 0  # pairs before it are done by a path that takes several at a time
     if source.name == "float4_e2m1" and half == "float16":  # four codes a 16-bit half word, by lookup
-        quads = pairs // 2
-        for q in range(quads):
+        first = pairs - pairs % 2
+        for q in range(first // 2):
             for index, bits in enumerate(rules.e2m1_quad(ops, words[q // 2], q % 2)):
-                Tb.buffer_store(dst_buf, tirx.reinterpret("float16x2", bits), [tirx.Ramp(4 * q + 2 * index, 1, 2)])
+                store(2 * q + index, bits)
+    elif source.is_integer and source.nbits in (1, 2):  # a word's codes at a time, by bytes
+        per_word = 16 // source.nbits
+        first = pairs - pairs % per_word
+        for w in range(first // per_word):
+            for index, bits in enumerate(rules.narrow_int_word(ops, words[w], source, half)):
+                store(per_word * w + index, bits)
     if hardware_fp8 and source.nbits == 8 and family in ("fn", "ieee") and half == "float16":
         kind = "e4m3" if family == "fn" else "e5m2"
         convert_pair = lambda p: ops.call(f"tilus_cvt_f16x2_{kind}x2",  # noqa: E731
@@ -193,8 +204,8 @@ def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_
         convert_pair = lambda p: rules.float_pair(ops, codes[2 * p: 2 * p + 2], source, half)  # noqa: E731
     else:
         return 0
-    for p in range(2 * quads, pairs):
-        Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", convert_pair(p)), [tirx.Ramp(2 * p, 1, 2)])
+    for p in range(first, pairs):
+        store(p, convert_pair(p))
     return 2 * pairs
 
 

@@ -203,7 +203,9 @@ def test_prmt_emulation_with_a_computed_selector_and_sign_replication():
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
 @pytest.mark.parametrize("dtype", [t for t in INTEGERS if t.nbits < 8], ids=str)
 def test_int_pair_magic_number(half, dtype):
-    check_pairs(half, dtype, lambda b, i: rules.int_pair(rules.PortableOps(), [b["c0"][i], b["c1"][i]], dtype, half))
+    shift = tirx.const(dtype.nbits, "uint32")
+    check_pairs(half, dtype, lambda b, i: rules.int_pair_field(rules.PortableOps(), b["c0"][i] | (b["c1"][i] << shift),
+                                                               dtype, half))
 
 
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])

@@ -22,7 +22,8 @@ tensor stay in registers). Fast paths, two slots at a time, into ``float16``/``b
   quarter-rate instruction -- per element;
 - 1- and 2-bit integers: a word's codes at a time, masked by bytes, interleaved and put under the
   magic pattern by ``prmt``, one paired fma (:func:`cast_rules.narrow_int_word`);
-- other integers of at most 7 bits: their two codes or'ed into the magic pattern, one paired fma;
+- other integers of at most 7 bits: two codes cut out of the words together, spread to the two
+  lanes under the magic pattern, one paired fma (:func:`cast_rules.int_pair_field`);
 - ``float4_e2m1`` -> float16: four codes at a time by four ``prmt`` (a byte lookup of the
   magnitudes' high bytes, one of the signs, two spreading them; :func:`cast_rules.e2m1_quad`);
 - floats whose fields fit the target (``float4_e2m1``, ``float6_e3m2``, ``float6_e2m3``,
@@ -198,8 +199,9 @@ def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_
                                           tirx.Cast("uint16", bits_of(words, 2 * p * 8, 16)))
     elif source.is_integer and source.nbits == 4 and half == "float16":
         convert_pair = lambda p: rules.int4_pair(ops, words[p // 4], p % 4, source.signed)  # noqa: E731
-    elif source.is_integer and source.nbits <= rules.HALF_MAGIC[half][2]:
-        convert_pair = lambda p: rules.int_pair(ops, codes[2 * p: 2 * p + 2], source, half)  # noqa: E731
+    elif source.is_integer and source.nbits <= rules.HALF_MAGIC[half][2]:  # both codes cut out at once
+        n = source.nbits
+        convert_pair = lambda p: rules.int_pair_field(ops, bits_of(words, 2 * p * n, 2 * n), source, half)  # noqa: E731
     elif rules.float_pair_supported(source, half):
         convert_pair = lambda p: rules.float_pair(ops, codes[2 * p: 2 * p + 2], source, half)  # noqa: E731
     else:

@@ -255,7 +255,7 @@ def int4_pair(ops: Any, word: Any, byte: int, signed: bool):
     """The two float16 of the 4-bit integer codes in byte ``byte`` of ``word`` (low nibble in lane 0).
 
     Lane 1 holds the high nibble times 16 (``0x6400 | hi << 4``), which needs f16's 10 mantissa bits:
-    bf16 takes :func:`int_pair`."""
+    bf16 takes :func:`int_pair_field`."""
     half = "float16"
     pattern, magic, _ = HALF_MAGIC[half]
     spread = ops.prmt(word, u32(0), 0x4040 | byte << 8 | byte)  # byte j in both lanes' low bytes
@@ -323,16 +323,20 @@ def byte_pair(ops: Any, word: Any, pair: int, signed: bool):
     return ops.fma2(bits, (1.0, 1.0), (-magic - offset, -magic - offset), "float16")
 
 
-def int_pair(ops: Any, codes: Sequence[Any], dtype: DataType, half: str):
-    """The 16-bit floats of two integer codes (uint32 expressions), by the magic number."""
+def int_pair_field(ops: Any, field: Any, dtype: DataType, half: str):
+    """The 16-bit floats of the two integer codes in ``field``, a uint32 holding two consecutive
+    ``n``-bit codes (the first in bits ``[0, n)``, the second in ``[n, 2n)``, nothing above), by the
+    magic number: one shift spreads the second code to bit 16, one mask keeps both -- where two
+    codes cut out one by one take a shift and a mask each."""
+    n = dtype.nbits
     pattern, magic, _ = HALF_MAGIC[half]
-    offset = float(1 << (dtype.nbits - 1)) if dtype.signed else 0.0
-    lanes = codes[0] | (codes[1] << u32(16))
+    mask = low_mask(n) | low_mask(n) << 16
+    lanes = (field | (field << u32(16 - n))) & u32(mask)
+    offset = float(1 << (n - 1)) if dtype.signed else 0.0
     constant = pattern | pattern << 16
     if dtype.signed:
-        sign = 1 << (dtype.nbits - 1)
-        constant ^= sign | sign << 16
-        bits = lanes ^ u32(constant)
+        sign = 1 << (n - 1)
+        bits = lanes ^ u32(constant ^ (sign | sign << 16))
     else:
         bits = lanes | u32(constant)
     return ops.fma2(bits, (1.0, 1.0), (-magic - offset, -magic - offset), half)

@@ -231,3 +231,44 @@ def test_float_to_int_rounds_half_even_and_saturates():
     out = run_cpu(lambda b, i: {"v": rules.float_to_int(b["x"][i], dtypes.int32)}, {"x": values},
                   {"v": np.zeros(len(values), np.int32)})["v"]
     assert out.tolist() == [2, 4, -2, 2**31 - 1, -2**31, 0, 7, 0]
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", LOW_PRECISION, ids=str)
+def test_half_pairs_put_every_slot_in_its_place(dtype, half):
+    """The emitter's fast paths as a kernel uses them (cast.half_pairs: which words, which pair, in what
+    order), run on random words with the portable ops: 32 slots, each lane against lowp's value."""
+    from tilus_tvm.instructions.cast import half_pairs
+    from tilus_tvm.instructions.packed import bits_of
+
+    n, slots = dtype.nbits, 32
+    rng = np.random.default_rng(n * 7 + len(half))
+    words = rng.integers(0, 1 << 32, (n, 512), dtype=np.uint64).astype(np.uint32)  # 32 slots of n bits: n words
+    ops = rules.PortableOps()
+
+    def build(b, i):
+        stream = [b[f"w{j}"][i] for j in range(n)]
+        codes = [bits_of(stream, slot * n, n) for slot in range(slots)]
+        pairs = half_pairs(ops, stream, codes, dtype, half)
+        return {f"p{p}": bits for p, bits in enumerate(pairs)}
+
+    probe = {}
+    with IRBuilder():  # how many pairs a fast path gives (none: the generic path, nothing to check here)
+        with Tb.prim_func():
+            stream = [Tb.arg(f"w{j}", Tb.buffer((1,), "uint32"))[0] for j in range(n)]
+            probe = half_pairs(ops, stream, [bits_of(stream, s * n, n) for s in range(slots)], dtype, half)
+    if not probe:
+        pytest.skip(f"{dtype.name} -> {half}: no fast path")
+    assert len(probe) == slots // 2
+    out = run_cpu(build, {f"w{j}": words[j] for j in range(n)},
+                  {f"p{p}": np.zeros(words.shape[1], np.uint32) for p in range(slots // 2)})
+    values = np.array(lowp.all_values(dtype), dtype=np.float64)
+    stream_ints = [sum(int(words[j][k]) << (32 * j) for j in range(n)) for k in range(words.shape[1])]
+    for slot in range(slots):
+        codes = np.array([(v >> (slot * n)) & ((1 << n) - 1) for v in stream_ints])
+        got = (out[f"p{slot // 2}"] >> np.uint32(16 * (slot % 2))) & np.uint32(0xFFFF)
+        want = half_bits(values[codes], half)
+        nan = np.isnan(values[codes])
+        got_f = got.astype(np.uint16).view(np.float16) if half == "float16" else (got << 16).view(np.float32)
+        assert np.isnan(got_f[nan]).all(), (dtype, slot)
+        assert got[~nan].tolist() == want[~nan].tolist(), (dtype, slot)

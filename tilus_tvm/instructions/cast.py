@@ -137,13 +137,9 @@ def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) ->
         slots = out.layout.local_size
         codes = [tirx.Cast("uint32", tirx.reinterpret("uint8", src_buf[i]) if source.signed else src_buf[i])
                  for i in range(slots)]
-        words = pack_words(codes, 8)
-        ops = PtxOps()
-        for p in range(slots // 2):
-            bits = rules.byte_pair(ops, words[p // 2], p % 2, source.signed)
-            Tb.buffer_store(dst_buf, tirx.reinterpret("float16x2", bits), [tirx.Ramp(2 * p, 1, 2)])
-        if slots % 2:  # an odd last slot
-            Tb.buffer_store(dst_buf, tirx.Cast(target.tvm_name, src_buf[slots - 1]), [slots - 1])
+        done = _pairs_to_half(dst_buf, pack_words(codes, 8), codes, source, target.name, hardware_fp8)
+        for i in range(done, slots):  # an odd last slot
+            Tb.buffer_store(dst_buf, tirx.Cast(target.tvm_name, src_buf[i]), [i])
         return
     if not follows_lowp(source, target):
         with Tb.unroll(0, out.layout.local_size) as i:
@@ -174,25 +170,35 @@ def _byte_pairs(source: DataType, target: DataType) -> bool:
 
 
 def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_fp8: bool) -> int:
-    """Store slot pairs converted by a fast path into the 16-bit float tensor; the slots done."""
-    pairs = len(codes) // 2
-    ops = PtxOps()
-    family = float_family(source) if source.is_float else None
-    def store(pair: int, bits) -> None:
-        Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), [tirx.Ramp(2 * pair, 1, 2)])
+    """Store the slot pairs a fast path converts (:func:`half_pairs`) into the 16-bit float tensor;
+    the slots done."""
+    pairs = half_pairs(PtxOps(), words, codes, source, half, hardware_fp8)
+    for p, bits in enumerate(pairs):
+        Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), [tirx.Ramp(2 * p, 1, 2)])
+    return 2 * len(pairs)
 
-    first = 0  # pairs before it are done by a path that takes several at a time
+
+def half_pairs(ops: Any, words: Any, codes: Any, source: DataType, half: str, hardware_fp8: bool = False) -> list:
+    """The bits (uint32: two 16-bit floats, the first slot low) of each slot pair ``(2p, 2p + 1)``
+    of ``codes`` -- the codes of ``source`` held in ``words``, slot ``s`` at bits ``[s*n, (s+1)*n)``
+    -- converted into ``half`` by a fast path, in pair order; ``[]`` where none applies.
+
+    ``ops``: :class:`PtxOps` in kernels, :class:`cast_rules.PortableOps` in the CPU tests (which run
+    this on every path); ``hardware_fp8`` (``cvt`` of the fp8 types) only with :class:`PtxOps`."""
+    pairs = len(codes) // 2
+    family = float_family(source) if source.is_float else None
+    if source.name in ("int8", "uint8"):
+        if half != "float16":
+            return []
+        return [rules.byte_pair(ops, words[p // 2], p % 2, source.signed) for p in range(pairs)]
+    several: list = []  # pairs done by a path that takes several at a time
     if source.name == "float4_e2m1" and half == "float16":  # four codes a 16-bit half word, by lookup
-        first = pairs - pairs % 2
-        for q in range(first // 2):
-            for index, bits in enumerate(rules.e2m1_quad(ops, words[q // 2], q % 2)):
-                store(2 * q + index, bits)
+        for q in range(pairs // 2):
+            several.extend(rules.e2m1_quad(ops, words[q // 2], q % 2))
     elif source.is_integer and source.nbits in (1, 2):  # a word's codes at a time, by bytes
         per_word = 16 // source.nbits
-        first = pairs - pairs % per_word
-        for w in range(first // per_word):
-            for index, bits in enumerate(rules.narrow_int_word(ops, words[w], source, half)):
-                store(per_word * w + index, bits)
+        for w in range(pairs // per_word):
+            several.extend(rules.narrow_int_word(ops, words[w], source, half))
     if hardware_fp8 and source.nbits == 8 and family in ("fn", "ieee") and half == "float16":
         kind = "e4m3" if family == "fn" else "e5m2"
         convert_pair = lambda p: ops.call(f"tilus_cvt_f16x2_{kind}x2",  # noqa: E731
@@ -205,10 +211,8 @@ def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_
     elif rules.float_pair_supported(source, half):
         convert_pair = lambda p: rules.float_pair(ops, codes[2 * p: 2 * p + 2], source, half)  # noqa: E731
     else:
-        return 0
-    for p in range(first, pairs):
-        store(p, convert_pair(p))
-    return 2 * pairs
+        return several
+    return several + [convert_pair(p) for p in range(len(several), pairs)]
 
 
 def _hardware_encode(source: DataType, target: DataType) -> bool:

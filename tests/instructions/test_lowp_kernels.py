@@ -78,7 +78,8 @@ def test_8bit_integers_to_f16_are_prmt_fma_not_cvt(src):
     assert not re.search(r"cvt\.rn\.f16\.[su]", ptx)  # no per-element integer conversion
 
 
-@pytest.mark.parametrize("src,dst,rows", [("uint2b", "float16", 32), ("int2b", "bfloat16", 32), ("int1b", "float16", 64)])
+@pytest.mark.parametrize("src,dst,rows", [("uint2b", "float16", 32), ("int2b", "bfloat16", 32),
+                                          ("int1b", "float16", 64)])
 def test_one_and_two_bit_integers_convert_a_word_at_a_time(src, dst, rows):
     kernel = K.cast_copy(dtypes.as_dtype(src), dtypes.as_dtype(dst), rows=rows, cols=64)
     ptx = ptx_of(kernel, 100, tensor_for(src, 6400), tensor_for(dst, 6400))

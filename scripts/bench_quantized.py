@@ -4,6 +4,7 @@
     python scripts/bench_quantized.py --quick         # 1x8192x28672 and 16x8192x28672 only
     python scripts/bench_quantized.py --configs       # sweep configurations at 1x and 128x8192x28672 (u4 g128)
     python scripts/bench_quantized.py --configs 128   # ... at 128x8192x28672 only
+    python scripts/bench_quantized.py --quick --types uint4b --tuned   # a row of quantized_matmul(tune=True) too
 
 One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 weights, then per weight
 type (group 128 scales, float16 activations): our time, the *bandwidth floor* (bytes the kernel must
@@ -126,19 +127,32 @@ def config_text(config: Config) -> str:
             + (" staged" if config.stage_activations else ""))
 
 
-def run_ours(w: Weights, m: int, config=None):
-    """(microseconds, bytes moved, config) of quantized_matmul for a batch of m rows, checked first."""
+def run_ours(w: Weights, m: int, config=None, tune: bool = False):
+    """(microseconds, bytes moved, config) of quantized_matmul for a batch of m rows, checked first.
+    ``tune``: the configuration tuned for the shape (QuantizedMatmul's space, tuned at the first call)."""
     a = torch.randn(m, w.packed.k, device="cuda").half()
     out = torch.empty(m, w.packed.n, dtype=torch.float16, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     chosen = config or choose_config(m, w.packed.format, sms)
-    call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, config=chosen)  # noqa: E731
+    if tune:
+        call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, tune=True)  # noqa: E731
+    else:
+        call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, config=chosen)  # noqa: E731
     call()
     w.check(a, out)
+    if tune:  # the choice, read back from the tuning database for the arguments quantized_matmul launched
+        from tilus_tvm.schedules.quantized_matmul import QuantizedMatmul
+        from tilus_tvm.tune import engine, library, tunable_of
+
+        kernel = library.tuned_kernel(QuantizedMatmul, fmt=w.packed.format, dtype=dtypes.float16, zero_points=False,
+                                      split_k=chosen.split_k)
+        workspace = torch.empty((chosen.split_k, m, w.packed.n) if chosen.split_k > 1 else (1,), device="cuda")
+        config = engine.choose(tunable_of(kernel), (m, a, w.packed.storage, w.scales, w.scales, out, workspace)).config
+        chosen = Config(**{**chosen.__dict__, **config})
     return timed(call), w.nbytes + a.numel() * 2 + out.numel() * 2, chosen
 
 
-def run_table(shapes, types, bandwidth):
+def run_table(shapes, types, bandwidth, tuned: bool = False):
     by_weight: dict = {}
     for m, k, n in shapes:
         by_weight.setdefault((k, n), []).append(m)
@@ -153,10 +167,11 @@ def run_table(shapes, types, bandwidth):
         for name in types:
             weights = Weights(name, k, n)  # one weight set at a time: the large ones take GBs to build
             for m in batches:
-                try:
-                    ours[(m, k, n, name)] = run_ours(weights, m)
-                except Exception as exc:  # noqa: BLE001 - a failing row is reported, the table goes on
-                    ours[(m, k, n, name)] = exc
+                for label in (name, f"{name} tuned") if tuned else (name,):
+                    try:
+                        ours[(m, k, n, label)] = run_ours(weights, m, tune=label != name)
+                    except Exception as exc:  # noqa: BLE001 - a failing row is reported, the table goes on
+                        ours[(m, k, n, label)] = exc
             del weights
             torch.cuda.empty_cache()
     print(f"\n{'shape MxKxN':<18}{'weights':<14}{'MB moved':>9}{'floor us':>10}{'time us':>10}{'of floor':>10}"
@@ -169,14 +184,14 @@ def run_table(shapes, types, bandwidth):
         if t_tiny is not None:
             print(f"{'':<18}{'u4 tinygemm':<14}{'':>9}{'':>10}{t_tiny:10.1f}{'':>10}{t_torch / t_tiny:9.2f}x"
                   f"{'1.00x':>13}  torch._weight_int4pack_mm, bf16")
-        for name in types:
+        for name in [label for t in types for label in ((t, f"{t} tuned") if tuned else (t,))]:
             result = ours[(m, k, n, name)]
             if isinstance(result, Exception):
                 print(f"{'':<18}{name:<14}  FAILED: {type(result).__name__}: {str(result)[:150]}")
                 continue
             t_ours, nbytes, config = result
             floor = nbytes / bandwidth
-            tiny_text = f"{t_tiny / t_ours:12.2f}x" if (t_tiny and name == "uint4b") else f"{'-':>13}"
+            tiny_text = f"{t_tiny / t_ours:12.2f}x" if (t_tiny and name.startswith("uint4b")) else f"{'-':>13}"
             print(f"{'':<18}{name:<14}{nbytes / 1e6:9.1f}{floor:10.1f}{t_ours:10.1f}{floor / t_ours:10.0%}"
                   f"{t_torch / t_ours:9.2f}x{tiny_text}  {config_text(config)}")
 
@@ -208,6 +223,9 @@ def main():
     parser.add_argument("--configs", nargs="?", const="1,128", default=None,
                         help="sweep configurations at Mx8192x28672 for these comma-separated M (default 1,128)")
     parser.add_argument("--types", default=",".join(TYPES), help="comma-separated weight types")
+    parser.add_argument("--tuned", action="store_true",
+                        help="a row of quantized_matmul(tune=True) under each of ours (tunes 25 configurations "
+                             "a shape and type: pick few --types)")
     args = parser.parse_args()
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
@@ -220,7 +238,7 @@ def main():
         for m in args.configs.split(","):
             sweep(bandwidth, m=int(m))
         return
-    run_table(QUICK if args.quick else DECODE + PREFILL, args.types.split(","), bandwidth)
+    run_table(QUICK if args.quick else DECODE + PREFILL, args.types.split(","), bandwidth, args.tuned)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ import importlib.util
 import pathlib
 import sys
 
+import pytest
+
 import tilus_tvm as tilus
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -28,3 +30,11 @@ class CaseScript(tilus.Script):
     def __init__(self, case):
         super().__init__()
         self.case = case
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path):
+    """A compiled-kernel cache of the test's own (autouse wherever a test module imports it)."""
+    tilus.set_cache_dir(tmp_path)
+    yield
+    tilus.set_cache_dir(None)

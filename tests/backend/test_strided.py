@@ -4,18 +4,11 @@ functions first. Checked here by evaluating every address the generated CUDA sto
 from, for every thread, against the view's strides."""
 import re
 
-import pytest
 import torch
 
 import tilus_tvm as tilus
 from tilus_tvm import float32, int32
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 class StridedCopy(tilus.Script):

@@ -9,15 +9,9 @@ from tilus_tvm import float8_e4m3, float16, float32, int32
 from tilus_tvm.errors import CompileError, LaunchError, ScriptError
 from tilus_tvm.lang import arguments
 from tilus_tvm.runtime import launcher
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 BIG = (2**17, 2**15, 64)  # 2**38 elements: on the meta device, nothing is allocated
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
 
 
 class RowSums(tilus.Script):

@@ -12,13 +12,7 @@ from tilus_tvm.errors import ScriptError
 from tilus_tvm.layout.shared import shared_row_major
 from tilus_tvm.layout.swizzle import Swizzle
 from tests.helpers import CaseScript
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 SWIZZLED = shared_row_major(64, 64).swizzled(Swizzle(3, 3, 3))

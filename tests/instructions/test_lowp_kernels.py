@@ -13,13 +13,7 @@ from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.lowp import storage_torch_dtypes
 from tests.instructions import lowp_kernels as K
 from tests.helpers import CaseScript
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 def tensor_for(dtype, numel: int):

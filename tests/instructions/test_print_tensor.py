@@ -10,13 +10,7 @@ import tilus_tvm as tilus
 from tilus_tvm import float32, int32
 from tests.helpers import CaseScript, ROOT
 from tests.instructions import print_kernels as P
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 def inputs():

@@ -6,20 +6,13 @@ import pytest
 import torch
 import tvm
 
-import tilus_tvm as tilus
 from tilus_tvm import float32, int32
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.instructions.scan import _Plan, scan_layout
 from tilus_tvm.layout import local, spatial
 from tests.instructions import tile_ops as T
 from tests.helpers import CaseScript
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 CASES = [  # op, dim, exclusive, layout, dtype

@@ -10,13 +10,7 @@ from tilus_tvm import float16, float32, int32, int4b, uint4b, void
 from tilus_tvm.errors import CompileError, ScriptError
 from tests.instructions import tile_ops as T
 from tests.helpers import CaseScript
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 def per_thread_reference(x, target=T.PER_THREAD_OUT, dtype=int32):

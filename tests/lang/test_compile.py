@@ -10,13 +10,7 @@ from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.stmt import instructions
 from tests.helpers import load_tutorial
 from tests.lang import kernels as K
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 def f16(*shape):

@@ -7,13 +7,7 @@ import tvm
 import tilus_tvm as tilus
 from tilus_tvm import float32, int32
 from tests.lang import control_kernels as C
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 def f32(*shape):

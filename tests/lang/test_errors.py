@@ -7,13 +7,7 @@ from tilus_tvm import float16, float32, int32
 from tilus_tvm.layout import spatial
 from tilus_tvm.utils import cdiv
 from tests.helpers import CaseScript, load_tutorial
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 def compile_kernel(kernel, *args):

@@ -6,13 +6,7 @@ import torch
 import tilus_tvm as tilus
 from tilus_tvm import int32
 from tests.lang import control_kernels as C
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 class Grid(tilus.Script):

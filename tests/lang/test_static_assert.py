@@ -6,13 +6,7 @@ from tvm import tirx
 
 import tilus_tvm as tilus
 from tilus_tvm import float32, int32
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 class Tiled(tilus.Script):

@@ -6,17 +6,10 @@ recorded instead of run, so this runs on the CPU."""
 import pytest
 import torch
 
-import tilus_tvm as tilus
 from tilus_tvm.lang import arguments
 from tilus_tvm.pipeline import signature
 from tilus_tvm.runtime import jit
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 
 @pytest.fixture

@@ -15,16 +15,10 @@ from dataclasses import asdict
 from tilus_tvm.schedules.quantized_matmul import (Config, QuantizedMatmul, choose_config, kernel_layouts, pack_weight,
                                                   quantize_weight, quantized_matmul)
 from tilus_tvm.schedules.quantized_weight import WeightFormat, dequantize, unit_layout
+from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
 
 WEIGHT_TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "uint6b", "uint8", "int8", "int1b", "int5b", "uint7b",
                 "float8_e4m3", "float8_e5m2", "float6_e3m2", "float6_e2m3", "float4_e2m1"]
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path):
-    tilus.set_cache_dir(tmp_path)
-    yield
-    tilus.set_cache_dir(None)
 
 
 def random_values(dtype, k, n, generator=None):

@@ -133,14 +133,15 @@ def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) ->
         for i in range(int(dst_buf.shape[0])):
             Tb.buffer_store(dst_buf, src_buf[i], [i])
         return
-    if _byte_pairs(source, target):  # the bytes gathered into words (which the compiler sees through)
-        slots = out.layout.local_size
+    if source.name in ("int8", "uint8") and target.name in HALVES:  # bytes gathered into words (which
+        slots = out.layout.local_size                                   # the compiler sees through)
         codes = [tirx.Cast("uint32", tirx.reinterpret("uint8", src_buf[i]) if source.signed else src_buf[i])
                  for i in range(slots)]
         done = _pairs_to_half(dst_buf, pack_words(codes, 8), codes, source, target.name, hardware_fp8)
-        for i in range(done, slots):  # an odd last slot
-            Tb.buffer_store(dst_buf, tirx.Cast(target.tvm_name, src_buf[i]), [i])
-        return
+        if done:  # else no fast path (bfloat16): C's conversion below
+            for i in range(done, slots):  # an odd last slot
+                Tb.buffer_store(dst_buf, tirx.Cast(target.tvm_name, src_buf[i]), [i])
+            return
     if not follows_lowp(source, target):
         with Tb.unroll(0, out.layout.local_size) as i:
             Tb.buffer_store(dst_buf, tirx.Cast(target.tvm_name or target.name, src_buf[i]), [i])
@@ -162,11 +163,6 @@ def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) ->
         return
     for slot in range(done, slots):
         Tb.buffer_store(dst_buf, convert(inputs[slot], source, target), [slot])
-
-
-def _byte_pairs(source: DataType, target: DataType) -> bool:
-    """``int8``/``uint8`` into ``float16`` (:func:`cast_rules.byte_pair`)."""
-    return source.name in ("int8", "uint8") and target.name == "float16"
 
 
 def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_fp8: bool) -> int:

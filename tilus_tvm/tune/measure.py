@@ -12,7 +12,8 @@ The builder also compiles the candidate's CUDA code (:func:`export_candidate`: a
 whose CUDA module holds a fatbin or cubin for the target, as ``tilus_tvm.runtime.export`` writes
 it), in its worker processes. MetaSchedule's default export would keep CUDA *source*, which the
 runner -- one process, one candidate after another -- then compiles with NVRTC as it loads each
-one: about 2-3 s a Matmul candidate, most of the tuning wall time of a 32-configuration space.
+one: 2-3 s a Matmul candidate, which we take to be most of the 59-103 s a 32-configuration space
+took on the H100 with that export (docs/tuning.md; not yet re-timed with this one).
 
 Defaults: ``ms.builder.LocalBuilder`` (one worker process per core this process may use,
 :func:`available_cores`: its CPU affinity and cgroup quota, not the host's count; it needs

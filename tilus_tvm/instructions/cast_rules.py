@@ -195,22 +195,14 @@ class PortableOps:
         """PTX ``prmt.b32`` (default mode): byte ``i`` of the result is byte ``selector >> 4i & 7`` of
         ``b:a`` (bytes 0-3 of a, 4-7 of b), or that byte's sign replicated where bit ``4i + 3`` is set.
         ``selector``: an int, or a uint32 expression."""
+        selector = u32(selector) if isinstance(selector, int) else selector
+        both = tirx.Cast("uint64", a) | (tirx.Cast("uint64", b) << tirx.const(32, "uint64"))
         pieces = []
-        if not isinstance(selector, int):
-            both = tirx.Cast("uint64", a) | (tirx.Cast("uint64", b) << tirx.const(32, "uint64"))
         for i in range(4):
-            if isinstance(selector, int):
-                source = selector >> (4 * i) & 7
-                word = a if source < 4 else b
-                byte = (word >> u32(8 * (source % 4))) & u32(0xFF)
-                if selector >> (4 * i) & 8:
-                    byte = tirx.Select(byte >= u32(0x80), u32(0xFF), u32(0))
-            else:
-                nibble = (selector >> u32(4 * i)) & u32(0xF)
-                shift = tirx.Cast("uint64", (nibble & u32(7)) * u32(8))
-                byte = tirx.Cast("uint32", (both >> shift) & tirx.const(0xFF, "uint64"))
-                byte = tirx.Select((nibble & u32(8)) != u32(0), tirx.Select(byte >= u32(0x80), u32(0xFF), u32(0)),
-                                   byte)
+            nibble = (selector >> u32(4 * i)) & u32(0xF)
+            shift = tirx.Cast("uint64", (nibble & u32(7)) * u32(8))
+            byte = tirx.Cast("uint32", (both >> shift) & tirx.const(0xFF, "uint64"))
+            byte = tirx.Select((nibble & u32(8)) != u32(0), tirx.Select(byte >= u32(0x80), u32(0xFF), u32(0)), byte)
             pieces.append(byte << u32(8 * i) if i else byte)
         return pieces[0] | pieces[1] | pieces[2] | pieces[3]
 

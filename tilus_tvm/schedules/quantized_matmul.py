@@ -77,8 +77,8 @@ def kernel_layouts(fmt: WeightFormat, warps: int, units_per_warp: int, block_m: 
     return words, a, permute(b, [1, 0]), b, c
 
 
-# (warps, units_per_warp): 64 to 256 channels a block (units of 16; units_per_warp=1 is refused for
-# formats whose units come in pairs)
+# (warps, units_per_warp): 64 to 256 channels a block (units of 16; 2 or 4 a warp, a multiple of every
+# format's units)
 TUNED_CHANNELS = [(2, 2), (4, 2), (8, 2), (2, 4), (4, 4)]
 # (block_m, prefetch, stage_activations, stages, scale_weights): batch rows with the load path that
 # suits them -- registers with two k-steps of weights in flight for decode batches, cp.async-staged

@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -87,15 +88,25 @@ def _config_of(mod) -> str:
 
 @derived_object
 class FakeBuilder(ms.builder.PyBuilder):
-    """Builds nothing: each artifact is a file holding the candidate's configuration."""
+    """Builds nothing: each artifact is a file holding the candidate's configuration. ``delay``:
+    seconds each ``build`` call takes; ``calls``: the (start, end) of each call."""
 
-    def __init__(self, fail=lambda config: None):
+    def __init__(self, fail=lambda config: None, delay=0.0):
         super().__init__()
         self.fail = fail
         self.max_workers = 4
         self.built = []
+        self.delay = delay
+        self.calls = []
 
     def build(self, build_inputs):
+        start = time.perf_counter()
+        time.sleep(self.delay)
+        results = self._build(build_inputs)
+        self.calls.append((start, time.perf_counter()))
+        return results
+
+    def _build(self, build_inputs):
         results = []
         for build_input in build_inputs:
             config_json = _config_of(build_input.mod)
@@ -132,14 +143,24 @@ class RecordingBuilder(ms.builder.PyBuilder):
 
 @derived_object
 class ConfigRunner(ms.runner.PyRunner):
-    """Times nothing: a candidate's ``run_secs`` are ``seconds(config)`` (None: "launch failed")."""
+    """Times nothing: a candidate's ``run_secs`` are ``seconds(config)`` (None: "launch failed").
+    ``delay``: seconds each ``run`` call takes; ``calls``: the (start, end) of each call."""
 
-    def __init__(self, seconds):
+    def __init__(self, seconds, delay=0.0):
         super().__init__()
         self.seconds = seconds
         self.runs = []
+        self.delay = delay
+        self.calls = []
 
     def run(self, runner_inputs):
+        start = time.perf_counter()
+        time.sleep(self.delay)
+        futures = self._run(runner_inputs)
+        self.calls.append((start, time.perf_counter()))
+        return futures
+
+    def _run(self, runner_inputs):
         futures = []
         for runner_input in runner_inputs:
             path = runner_input.artifact_path

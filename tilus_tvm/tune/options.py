@@ -28,7 +28,8 @@ class TuneOptions:
     (``"xgb"``, ``"random"`` or a MetaSchedule ``CostModel``; ranks candidates when the space is
     larger than the trial budget), ``progress`` (show a progress bar), ``seed`` (the search's
     random choices), ``workers`` (processes that lower and build candidates; None: the cores this
-    process may use), ``library`` (the library functions -- ``matmul()``, ``flash_attention()``,
+    process may use), ``overlap`` (build the next batch of candidates while the runner times this
+    one, where no cost model orders the batches), ``library`` (the library functions -- ``matmul()``, ``flash_attention()``,
     ``softmax()``, ``layer_norm()``, ``rms_norm()`` -- launch tuned configurations instead of
     their hand-picked tables; their ``tune=`` argument overrides it call by call)."""
 
@@ -41,6 +42,7 @@ class TuneOptions:
     progress: bool = True
     seed: int = 0
     workers: Optional[int] = None
+    overlap: bool = True
     library: bool = False
 
     def merged(self, **overrides: Any) -> "TuneOptions":
@@ -65,8 +67,9 @@ def configure(**options: Any) -> TuneOptions:
     unknown = sorted(set(options) - set(NAMES))
     if unknown:
         raise TypeError(f"configure: unknown option(s) {', '.join(unknown)}; the options are {', '.join(NAMES)}")
-    if "library" in options and not isinstance(options["library"], bool):
-        raise TypeError(f"configure: library must be True or False, got {options['library']!r}")
+    for name in ("library", "overlap"):
+        if name in options and not isinstance(options[name], bool):
+            raise TypeError(f"configure: {name} must be True or False, got {options[name]!r}")
     workers = options.get("workers")
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise TypeError(f"configure: workers must be a positive int or None, got {workers!r}")

@@ -9,10 +9,9 @@ Parts (``--part``, comma-separated, or ``all``):
 
 - ``matmul``: per shape (4096^3, 8192^3, three LLM shapes), cuBLAS, the hand table (``matmul()``'s
   choice) and ``Matmul``'s 32-configuration space tuned from an empty database: the wall time of
-  the whole tuning (lowering in parallel, MetaSchedule's LocalBuilder on the cores this process
-  may use, LocalRunner timing one batch while the next builds unless ``--no-overlap``) with the
-  wall time of each phase, the tuned kernel, and the runner's times of the best hand-picked
-  configuration and of the tuned one (the same measurement for both). cuBLAS, the hand table and the
+  the whole tuning (lowering and building in parallel on the cores this process may use,
+  MetaSchedule's LocalRunner) and of its phases, the tuned kernel, and the runner's times of the
+  best hand-picked configuration and of the tuned one (the same measurement for both). cuBLAS, the hand table and the
   tuned kernel are timed (CUDA events) after the tuning, in three alternating rounds.
 - ``warm``: a second process runs ``matmul(a, b, tune=True)`` at the first shape with this run's
   database and kernel cache, ``tvm.compile``, MetaSchedule's builder and runners and the search
@@ -156,8 +155,7 @@ def part_matmul(run: Run) -> None:
             hand_kernel(m, n, k, a, b, c)
             check(c, a, b)
             started = time.perf_counter()
-            result = tilus.tune(Matmul(), m, n, k, a, b, c, tracker=run.options.tracker, progress=False,
-                                overlap=not run.options.no_overlap)
+            result = tilus.tune(Matmul(), m, n, k, a, b, c, tracker=run.options.tracker, progress=False)
             wall = time.perf_counter() - started
             tuned_kernel = result.instantiate()
             c.fill_(float("nan"))
@@ -235,6 +233,9 @@ def warm_child(text: str) -> None:
 
     tvm.compile = refuse
     ms.builder.LocalBuilder.build = refuse
+    from tilus_tvm.tune import measure
+
+    measure.PoolBuilder.build = measure.SerialBuilder.build = refuse
     ms.runner.LocalRunner.run = refuse
     ms.runner.RPCRunner.run = refuse
     from tilus_tvm.schedules import matmul
@@ -429,9 +430,6 @@ def main() -> None:
     parser.add_argument("--tir-no-pipeline", action="store_true", help="tune_tir without the rule's software pipeline")
     parser.add_argument("--cost-trials", type=int, default=48, help="max_trials of the cost-model part")
     parser.add_argument("--budget-s", type=float, default=510.0, help="skip what would not finish by then")
-    parser.add_argument("--no-overlap", action="store_true",
-                        help="time each batch of candidates only after it is built (default: the next batch builds "
-                             "while the runner times one)")
     parser.add_argument("--cache-dir", default=None, help="default: a fresh temporary directory")
     options = parser.parse_args()
     parts = PARTS if options.part == "all" else tuple(p.strip() for p in options.part.split(","))

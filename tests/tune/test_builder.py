@@ -31,12 +31,12 @@ def cuda_payloads(path):
     return [CudaPayload.parse(m.payload) for m in read_library_blob(path).modules if m.kind == "cuda"]
 
 
-@pytest.mark.parametrize("pool", [True, False], ids=["LocalBuilder", "SerialBuilder"])
+@pytest.mark.parametrize("pool", [True, False], ids=["PoolBuilder", "SerialBuilder"])
 def test_artifacts_hold_compiled_code_for_the_target(pool, monkeypatch):
     if not pool:
         monkeypatch.setattr(measure, "has_worker_pool", lambda: False)
     builder = measure.default_builder(max_workers=2)
-    assert isinstance(builder, ms.builder.LocalBuilder if pool else measure.SerialBuilder)
+    assert isinstance(builder, measure.PoolBuilder if pool else measure.SerialBuilder)
     results = builder.build(candidates((128, 4), (256, 2)))
     for result in results:
         assert result.error_msg is None, result.error_msg
@@ -52,3 +52,46 @@ def test_without_a_compiler_the_runner_gets_cuda_source(monkeypatch):
     monkeypatch.setattr(measure, "has_worker_pool", lambda: False)
     (result,) = measure.default_builder().build(candidates((128, 4)))
     assert result.error_msg is None and result.artifact_path.endswith(".tar")
+
+
+def export_with_pid(runtime_module):
+    """f_export for the pool test: the candidate's artifact, with the building process's id beside it."""
+    import os
+
+    path = measure.export_candidate(runtime_module)
+    with open(path + ".pid", "w") as f:
+        f.write(str(os.getpid()))
+    return path
+
+
+def refusing_build(mod, target):
+    raise ValueError("refused by the test")
+
+
+def test_the_pool_builder_keeps_its_workers_between_calls():
+    """PoolBuilder builds in the lowering pool, whose processes outlive a build call (LocalBuilder
+    starts new ones each call); a candidate that fails to build gets the reason, the others build."""
+    import os
+
+    builder = measure.PoolBuilder(2, f_export=export_with_pid)
+    pids = []
+    for _ in range(2):
+        results = builder.build(candidates((128, 4), (256, 2)))
+        assert all(r.error_msg is None for r in results), [r.error_msg for r in results]
+        pids.append({int(open(r.artifact_path + ".pid").read()) for r in results})
+    assert os.getpid() not in pids[0] and pids[1] <= pids[0]
+    (failed,) = measure.PoolBuilder(2, f_build=refusing_build).build(candidates((128, 4)))
+    assert failed.artifact_path is None and failed.error_msg == "ValueError: refused by the test"
+
+
+def test_runner_arguments_are_filled_once_per_workload():
+    import tvm
+
+    device = tvm.cpu(0)
+    small = (("TENSOR", "float32", [4, 4]), ("TENSOR", "float32", [4]))
+    first = measure.reuse_arguments(device, small, 1)
+    assert measure.reuse_arguments(device, small, 1) is first
+    assert [tuple(a.shape) for a in first[0]] == [(4, 4), (4,)]
+    other = measure.reuse_arguments(device, (("TENSOR", "float16", [8]),), 1)
+    assert other is not first and [str(a.dtype) for a in other[0]] == ["float16"]
+    assert measure.reuse_arguments(device, small, 1) is not first  # only the last workload's are kept

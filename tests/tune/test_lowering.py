@@ -45,7 +45,7 @@ def test_which_classes_a_worker_can_import():
 
 def test_in_process_when_the_pool_does_not_pay(monkeypatch):
     """One worker, or cheap lowerings: everything is lowered here, failures with their reasons."""
-    monkeypatch.setattr(lowering, "_pool", lambda workers: pytest.fail("the pool was started"))
+    monkeypatch.setattr(lowering, "pool", lambda workers: pytest.fail("the pool was started"))
     tunable = tunable_of(TunedAddOne())
     args = (5000, vector(5000), vector(5000))
     configs = tunable.configs()

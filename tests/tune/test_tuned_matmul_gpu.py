@@ -1,4 +1,4 @@
-"""GPU: an @autotune Matmul tunes at its first launch with MetaSchedule's LocalBuilder and LocalRunner,
+"""GPU: an @autotune Matmul tunes at its first launch with the tuning's PoolBuilder and MetaSchedule's LocalRunner,
 computes the right product, and later instances and launches reuse the choice."""
 import pytest
 

@@ -32,6 +32,8 @@ SECOND = textwrap.dedent("""
 
     tvm.compile = refuse
     ms.builder.LocalBuilder.build = refuse
+    from tilus_tvm.tune import measure
+    measure.PoolBuilder.build = measure.SerialBuilder.build = refuse
     import tilus_tvm as tilus
     from tests.tune.fakes import TunedAddOne
 

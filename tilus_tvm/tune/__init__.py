@@ -40,7 +40,7 @@ from tilus_tvm.tune.options import TuneOptions, configure
 
 def tune(kernel: Any, *args: Any, target: Any = None, max_trials: Optional[int] = None, database: Any = None,
          builder: Any = None, runner: Any = None, tracker: Optional[str] = None, cost_model: Any = None,
-         progress: Optional[bool] = None, seed: Optional[int] = None, overlap: Optional[bool] = None):
+         progress: Optional[bool] = None, seed: Optional[int] = None):
     """Choose the configuration of ``kernel`` for ``args`` ahead of time; returns a
     :class:`~tilus_tvm.tune.engine.TuneResult` (``.config``, ``.trials``, ``.table()``,
     ``.instantiate()``).
@@ -52,10 +52,8 @@ def tune(kernel: Any, *args: Any, target: Any = None, max_trials: Optional[int] 
     None for the current GPU. A key already in the database is read, not measured again, unless
     the budget has grown. The other arguments are :class:`TuneOptions` (None: the defaults set with
     :func:`configure`): ``runner=ms.runner.RPCRunner(...)`` or ``tracker="host:port:key"`` times
-    the candidates on other machines; ``database`` is a MetaSchedule database or a directory;
-    ``overlap=False`` times each batch only after building it (by default the next batch builds
-    while the runner times this one). The result's ``phases`` give the wall time of lowering,
-    building, timing and the cost model.
+    the candidates on other machines; ``database`` is a MetaSchedule database or a directory.
+    The result's ``phases`` give the wall time of lowering, building, timing and the cost model.
 
     Later launches of any instance of the class with arguments of the same key use the choice.
     """
@@ -63,7 +61,7 @@ def tune(kernel: Any, *args: Any, target: Any = None, max_trials: Optional[int] 
 
     tunable = _tunable(kernel)
     return engine.choose(tunable, args, target, max_trials=max_trials, database=database, builder=builder,
-                         runner=runner, tracker=tracker, cost_model=cost_model, progress=progress, seed=seed, overlap=overlap)
+                         runner=runner, tracker=tracker, cost_model=cost_model, progress=progress, seed=seed)
 
 
 def tune_tir(mod: Any, target: Any, **kwargs: Any):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -78,8 +79,8 @@ class TuneResult:
     tuned: bool
     elapsed: float
     _tunable: Any = field(default=None, repr=False)
-    # wall seconds of the search's phases (lowering, building, timing, cost model; building and
-    # timing overlap where TuneOptions.overlap allows); empty when nothing was measured now
+    # wall seconds of the search's phases (lowering, building, timing, cost model); empty when
+    # nothing was measured now
     phases: dict = field(default_factory=dict)
 
     @property
@@ -179,7 +180,7 @@ def choose(tunable, args: tuple, target: Any = None, *, key: Optional[TuningKey]
         raise TuningError(f"{name}: no configuration could be built and timed for {key.json}:\n{reasons}")
     tuned = any(t.measured_now for t in ordered)
     result = TuneResult(tunable.kernel_path, key, ordered, best, tuned, time.perf_counter() - started, tunable,
-                        phases=dict(phases))
+                        phases=dict(phases) if tuned else {})
     if tuned:
         logger.info("%s: chose %s (%.4f ms) among %d configurations in %.1f s (%s)", name,
                     describe_config(best.config), best.seconds * 1e3, len(ordered), result.elapsed,
@@ -231,15 +232,24 @@ class _Search:
         self.target = tvm_target(key.arch)
         self.workers = options.workers or measure.available_cores()
         self.builder = options.builder if options.builder is not None else _default_builder(self.workers)
-        self.runner = measure.runner_for(options.runner, options.tracker) if (
-            options.runner is not None or options.tracker is not None) else _default_runner()
+        self._runner, self._runner_future = None, None
+        if options.runner is not None or options.tracker is not None:
+            self._runner = measure.runner_for(options.runner, options.tracker)
+        else:  # made in a thread: its worker process imports TVM while the candidates lower
+            self._runner_future = _default_runner_soon()
         self.workload = database.commit_workload(marker)
         self.args_info = None  # from the first configuration that lowers
         self.rng = random.Random(options.seed)
         self.cost_model = None
         self.context = None
-        # wall seconds of each phase (building and timing overlap where options.overlap allows)
+        # wall seconds of each phase of the search
         self.phases = dict.fromkeys(PHASES, 0.0)
+
+    @property
+    def runner(self):
+        if self._runner_future is not None:
+            self._runner, self._runner_future = self._runner_future.result(), None
+        return self._runner
 
     # -- one configuration ----------------------------------------------------------------------
     def lower(self, config: dict):
@@ -280,51 +290,27 @@ class _Search:
         batch_size = max(MIN_BATCH, 2 * _parallelism(self.builder))
         if ranked:  # several batches, so the cost model trained on the first ones chooses the later ones
             batch_size = max(MIN_BATCH, min(batch_size, budget // 5))
-        elif self.options.overlap:  # one batch a builder round, so that building and timing overlap
-            batch_size = max(MIN_BATCH, _parallelism(self.builder))
+        measured = batches = 0
         with tqdm(total=min(budget, len(lowered)), desc=f"[Tuning] {self.name}", disable=not self.options.progress,
                   leave=False) as progress:
-            def done(results: list[Trial], batch: int) -> None:
+            while measured < budget and lowered:
+                size = min(batch_size, budget - measured)
+                if ranked:
+                    batch = self._pick(lowered, size)
+                else:
+                    batch, lowered = lowered[:size], lowered[size:]
+                built = self._build(batch)
+                results = self._record(batch, built, self._time(batch, built))
                 for trial in results:
-                    trial.batch = batch
-                trials.extend(results)
-                progress.update(len(results))
+                    trial.batch = batches
+                batches += 1
+                trials += results
+                measured += len(batch)
+                progress.update(len(batch))
                 times = [t.seconds for t in trials if t.ok]
                 if times:
                     progress.set_postfix_str(f"best {min(times) * 1e3:.4f} ms")
-
-            if ranked or not self.options.overlap:
-                measured = batches = 0
-                while measured < budget and lowered:
-                    size = min(batch_size, budget - measured)
-                    if ranked:
-                        batch = self._pick(lowered, size)
-                    else:
-                        batch, lowered = lowered[:size], lowered[size:]
-                    built = self._build(batch)
-                    done(self._record(batch, built, self._time(batch, built)), batches)
-                    batches += 1
-                    measured += len(batch)
-            else:
-                self._run_overlapped(lowered[:budget], batch_size, done)
         return trials
-
-    def _run_overlapped(self, candidates: list[_Candidate], batch_size: int, done) -> None:
-        """Build batch ``i + 1`` while the runner times batch ``i`` (in a thread: MetaSchedule's runners
-        wait on their worker processes, and so do its builders), so the GPU is not idle while the
-        cores compile, nor the cores while the GPU times."""
-        import concurrent.futures
-
-        batches = [candidates[i:i + batch_size] for i in range(0, len(candidates), batch_size)]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tilus-tune-runner") as timer:
-            pending = None  # (index, batch, built, future of the runner's results)
-            for index, batch in enumerate(batches):
-                built = self._build(batch)
-                if pending is not None:
-                    done(self._record(pending[1], pending[2], pending[3].result()), pending[0])
-                pending = (index, batch, built, timer.submit(self._time, batch, built))
-            if pending is not None:
-                done(self._record(pending[1], pending[2], pending[3].result()), pending[0])
 
     def _lower_all(self, configs: list[dict]) -> tuple[list[_Candidate], list[Trial]]:
         """Every configuration lowered (in parallel where it can be, :mod:`tilus_tvm.tune.lowering`):
@@ -450,10 +436,11 @@ def _parallelism(builder: Any) -> int:
 
 _BUILDERS: dict = {}
 _RUNNER = None
+_RUNNER_LOCK = threading.Lock()
 
 
 def _default_builder(workers: int):
-    """One ``LocalBuilder`` per process and worker count (starting one checks its worker pool)."""
+    """One default builder per process and worker count."""
     if workers not in _BUILDERS:
         from tilus_tvm.tune import measure
 
@@ -462,9 +449,25 @@ def _default_builder(workers: int):
 
 
 def _default_runner():
+    """The process's ``LocalRunner`` (made once: starting one starts its worker process)."""
     global _RUNNER
-    if _RUNNER is None:
-        from tilus_tvm.tune import measure
+    with _RUNNER_LOCK:
+        if _RUNNER is None:
+            from tilus_tvm.tune import measure
 
-        _RUNNER = measure.default_runner()
-    return _RUNNER
+            _RUNNER = measure.default_runner()
+        return _RUNNER
+
+
+def _default_runner_soon():
+    """A future of :func:`_default_runner`, made in a thread."""
+    import concurrent.futures
+
+    if _RUNNER is not None:
+        done = concurrent.futures.Future()
+        done.set_result(_RUNNER)
+        return done
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tilus-tune-runner")
+    future = executor.submit(_default_runner)
+    executor.shutdown(wait=False)
+    return future

@@ -25,8 +25,8 @@ from typing import Any, Callable, Optional
 
 logger = logging.getLogger("tilus_tvm.tune")
 
-TIMEOUT_SEC = 300  # one configuration's lowering
-MAX_USES = 64  # a worker is recycled after this many lowerings (TVM's own pools do so against leaks)
+TIMEOUT_SEC = 300  # one configuration's lowering, or building
+MAX_USES = 64  # a worker is recycled after this many jobs (lowerings, builds) (TVM's own pools do so against leaks)
 OK, FAILED, UNAVAILABLE = "ok", "failed", "unavailable"
 POOL_START_SEC = 5.0  # about what starting the workers costs (each imports torch, TVM and the package)
 MIN_POOL_WORKERS = 4
@@ -114,7 +114,9 @@ def lower_job(kernel_path: str, fixed: dict, config: dict, specs: list, arch: st
     return OK, tvm.ir.save_json(mod)
 
 
-def _pool(workers: int):
+def pool(workers: int):
+    """The process pool of ``workers`` workers (started at the first use, kept for the process; the
+    tuning builder, :class:`tilus_tvm.tune.measure.PoolBuilder`, uses it too)."""
     global _POOL, _POOL_SIZE
     if _POOL is None or _POOL_SIZE != workers:
         from tvm.support.popen_pool import PopenPoolExecutor
@@ -167,8 +169,8 @@ def lower_configs(tunable, configs: list[dict], args: tuple, arch: str, workers:
     import tvm
 
     try:
-        pool = _pool(workers)  # its threads, and so its processes, start as work arrives
-        futures = [pool.submit(lower_job, tunable.kernel_path, dict(tunable.fixed), dict(config), specs, arch)
+        executor = pool(workers)  # its threads, and so its processes, start as work arrives
+        futures = [executor.submit(lower_job, tunable.kernel_path, dict(tunable.fixed), dict(config), specs, arch)
                    for config in rest]
     except Exception as exc:  # noqa: BLE001 - no pool: lower here
         logger.info("lowering in this process (the worker pool did not start: %s)", exc)

@@ -11,15 +11,23 @@ call's shapes (:func:`args_info`).
 The builder also compiles the candidate's CUDA code (:func:`export_candidate`: a shared library
 whose CUDA module holds a fatbin or cubin for the target, as ``tilus_tvm.runtime.export`` writes
 it), in its worker processes. MetaSchedule's default export would keep CUDA *source*, which the
-runner -- one process, one candidate after another -- then compiles with NVRTC as it loads each
-one: 2-3 s a Matmul candidate, which we take to be most of the 59-103 s a 32-configuration space
-took on the H100 with that export (docs/tuning.md; not yet re-timed with this one).
+runner -- one process, one candidate after another -- then compiles with NVRTC as it loads each one.
 
-Defaults: ``ms.builder.LocalBuilder`` (one worker process per core this process may use,
-:func:`available_cores`: its CPU affinity and cgroup quota, not the host's count; it needs
-``cloudpickle`` and ``psutil``, the ``tune`` extra; without them :class:`SerialBuilder`, the same
-build in this process) and ``ms.runner.LocalRunner`` on GPU 0. ``tracker="host:port:key"`` makes an
-``ms.runner.RPCRunner`` with one worker per server the tracker has for ``key``.
+Defaults (docs/tuning.md has the H100 figures behind them):
+
+- :class:`PoolBuilder`: a MetaSchedule builder on the process pool that lowered the candidates
+  (:func:`tilus_tvm.tune.lowering.pool`, one worker per core this process may use,
+  :func:`available_cores`: its CPU affinity and cgroup quota, not the host's count). MetaSchedule's
+  ``LocalBuilder`` starts a fresh pool at every ``build`` call, whose workers each import torch, TVM
+  and the package again: about 10 s of every call on the H100 host's 16 cores. The pool needs
+  ``cloudpickle`` and ``psutil`` (the ``tune`` extra); without them :class:`SerialBuilder`, the
+  same build in this process.
+- ``ms.runner.LocalRunner`` on GPU 0, its tensors allocated by :func:`reuse_arguments`: MetaSchedule's
+  random fill once for all the candidates of one workload, not once per candidate (the fill runs on
+  the host: most of a second for a large matmul's operands, more than timing the candidate).
+
+``tracker="host:port:key"`` makes an ``ms.runner.RPCRunner`` with one worker per server the tracker
+has for ``key`` (with MetaSchedule's own argument allocation).
 """
 from __future__ import annotations
 
@@ -154,41 +162,93 @@ def call_tensor_bytes(cls: type, args: tuple) -> dict[str, int]:
     return sizes
 
 
+def _build_and_export(f_build, f_export, mod, target) -> tuple[Optional[str], Optional[str]]:
+    """In a worker: ``(artifact path, None)`` or ``(None, error)``."""
+    try:
+        return f_export(f_build(mod, target)), None
+    except Exception as exc:  # noqa: BLE001 - MetaSchedule reports the failure, the candidate is skipped
+        return None, f"{type(exc).__name__}: {exc}"
+
+
 @derived_object
 class SerialBuilder(ms.builder.PyBuilder):
     """A MetaSchedule builder that builds in this process, one candidate after another (for machines
-    without ``cloudpickle``/``psutil``, which ``LocalBuilder``'s worker pool needs)."""
+    without ``cloudpickle``/``psutil``, which the worker pools need)."""
 
     def __init__(self, f_build=build_candidate, f_export=export_candidate):
         super().__init__()
         self.f_build, self.f_export = f_build, f_export
 
     def build(self, build_inputs):
+        return [ms.builder.BuilderResult(*_build_and_export(self.f_build, self.f_export, b.mod, b.target))
+                for b in build_inputs]
+
+
+@derived_object
+class PoolBuilder(ms.builder.PyBuilder):
+    """A MetaSchedule builder on a process pool that outlives its ``build`` calls: the tuning's lowering
+    pool (:func:`tilus_tvm.tune.lowering.pool`), whose workers have TVM, torch and the package
+    imported already and are recycled after ``lowering.MAX_USES`` jobs (the leak that makes
+    ``LocalBuilder`` restart its pool every call). ``max_workers`` builds at once, each within the
+    pool's time limit (``lowering.TIMEOUT_SEC``); where the pool cannot start, this process builds."""
+
+    def __init__(self, max_workers: int, f_build=build_candidate, f_export=export_candidate):
+        super().__init__()
+        self.max_workers, self.f_build, self.f_export = max_workers, f_build, f_export
+
+    def build(self, build_inputs):
+        from tilus_tvm.tune import lowering
+
+        try:
+            executor = lowering.pool(self.max_workers)
+            futures = [executor.submit(_build_and_export, self.f_build, self.f_export, b.mod, b.target)
+                       for b in build_inputs]
+        except Exception:  # noqa: BLE001 - no pool: build here
+            return SerialBuilder(self.f_build, self.f_export).build(build_inputs)
         results = []
-        for build_input in build_inputs:
+        for future in futures:
             try:
-                path = self.f_export(self.f_build(build_input.mod, build_input.target))
-                results.append(ms.builder.BuilderResult(path, None))
-            except Exception as exc:  # noqa: BLE001 - MetaSchedule reports the failure, the candidate is skipped
-                results.append(ms.builder.BuilderResult(None, f"{type(exc).__name__}: {exc}"))
+                results.append(ms.builder.BuilderResult(*future.result()))
+            except TimeoutError:
+                results.append(ms.builder.BuilderResult(
+                    None, f"PoolBuilder: timeout, killed after {lowering.TIMEOUT_SEC} seconds"))
+            except Exception as exc:  # noqa: BLE001 - a worker that died
+                results.append(ms.builder.BuilderResult(None, f"PoolBuilder: {type(exc).__name__}: {exc}"))
         return results
 
 
 def has_worker_pool() -> bool:
-    """Whether MetaSchedule's process pools can run here (``cloudpickle`` and ``psutil``)."""
+    """Whether the process pools (TVM's ``PopenPoolExecutor``) can run here (``cloudpickle`` and ``psutil``)."""
     return all(importlib.util.find_spec(name) is not None for name in ("cloudpickle", "psutil"))
 
 
 def default_builder(max_workers: Optional[int] = None, f_build=build_candidate, f_export=export_candidate):
-    """``LocalBuilder`` with ``f_build`` and ``f_export`` on ``max_workers`` processes (default: the
+    """:class:`PoolBuilder` with ``f_build`` and ``f_export`` on ``max_workers`` processes (default: the
     ``parallel_workers`` option, which defaults to :func:`~tilus_tvm.utils.cores.available_cores`)
-    -- ``SerialBuilder`` without the worker pool's packages."""
+    -- :class:`SerialBuilder` without the worker pool's packages."""
     from tilus_tvm import option
 
     if not has_worker_pool():
         return SerialBuilder(f_build, f_export)
-    workers = max_workers or option.get_option("parallel_workers")
-    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=f_build, f_export=f_export)
+    return PoolBuilder(max_workers or option.get_option("parallel_workers"), f_build, f_export)
+
+
+# In the runner's worker process: (the workload's argument description, its tensors)
+_ARGUMENTS: list = []
+
+
+def reuse_arguments(device, args_info, alloc_repeat: int):
+    """``LocalRunner``'s ``f_alloc_argument``: MetaSchedule's own allocation (random-filled tensors),
+    made once and handed to every later candidate with the same ``args_info`` on the same device.
+    Candidates of one workload share their shapes; a kernel writes only its outputs, so the inputs
+    stay as filled. Only the last workload's tensors are kept."""
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
+
+    key = (str(device), repr(args_info), alloc_repeat)
+    if not _ARGUMENTS or _ARGUMENTS[0][0] != key:
+        _ARGUMENTS.clear()  # free the last workload's tensors before allocating this one's
+        _ARGUMENTS.append((key, default_alloc_argument(device, args_info, alloc_repeat)))
+    return _ARGUMENTS[0][1]
 
 
 def evaluator_config():
@@ -196,7 +256,7 @@ def evaluator_config():
 
 
 def default_runner():
-    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=evaluator_config())
+    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=evaluator_config(), f_alloc_argument=reuse_arguments)
 
 
 def parse_tracker(tracker: str) -> tuple[str, int, str]:

@@ -21,15 +21,14 @@ LIBRARY_ENV = "TILUS_TVM_TUNE_LIBRARY"
 
 @dataclass(frozen=True)
 class TuneOptions:
-    """How to tune: ``builder``/``runner`` (MetaSchedule objects; None: ``LocalBuilder``/``LocalRunner``),
+    """How to tune: ``builder``/``runner`` (MetaSchedule objects; None: ``measure.PoolBuilder``/``LocalRunner``),
     ``tracker`` (``host:port:key`` of an RPC tracker, instead of a runner), ``database`` (a
     MetaSchedule database or a directory; None: ``<cache_dir>/tuning``), ``max_trials``
     (configurations measured at most; None: all, or the class's ``max_trials``), ``cost_model``
     (``"xgb"``, ``"random"`` or a MetaSchedule ``CostModel``; ranks candidates when the space is
     larger than the trial budget), ``progress`` (show a progress bar), ``seed`` (the search's
     random choices), ``workers`` (processes that lower and build candidates; None: the cores this
-    process may use), ``overlap`` (build the next batch of candidates while the runner times this
-    one, where no cost model orders the batches), ``library`` (the library functions -- ``matmul()``, ``flash_attention()``,
+    process may use), ``library`` (the library functions -- ``matmul()``, ``flash_attention()``,
     ``softmax()``, ``layer_norm()``, ``rms_norm()`` -- launch tuned configurations instead of
     their hand-picked tables; their ``tune=`` argument overrides it call by call)."""
 
@@ -42,7 +41,6 @@ class TuneOptions:
     progress: bool = True
     seed: int = 0
     workers: Optional[int] = None
-    overlap: bool = True
     library: bool = False
 
     def merged(self, **overrides: Any) -> "TuneOptions":
@@ -67,9 +65,8 @@ def configure(**options: Any) -> TuneOptions:
     unknown = sorted(set(options) - set(NAMES))
     if unknown:
         raise TypeError(f"configure: unknown option(s) {', '.join(unknown)}; the options are {', '.join(NAMES)}")
-    for name in ("library", "overlap"):
-        if name in options and not isinstance(options[name], bool):
-            raise TypeError(f"configure: {name} must be True or False, got {options[name]!r}")
+    if "library" in options and not isinstance(options["library"], bool):
+        raise TypeError(f"configure: library must be True or False, got {options['library']!r}")
     workers = options.get("workers")
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise TypeError(f"configure: workers must be a positive int or None, got {workers!r}")

@@ -239,7 +239,7 @@ def tune_tir(mod: Any, target: Any, work_dir: Optional[str] = None, max_trials_g
     """``ms.tune_tir`` on ``mod`` (an ``IRModule`` or ``PrimFunc``) for ``target`` (``"sm_90"``, a
     ``tvm.target.Target``, None: the current GPU) over :func:`space`; returns the database.
 
-    Builder and runner default to :mod:`tilus_tvm.tune.measure`'s (``LocalBuilder`` with
+    Builder and runner default to :mod:`tilus_tvm.tune.measure`'s (``PoolBuilder`` with
     ``build_scheduled``, the ``s_tir`` pipeline; ``LocalRunner``),
     the database to a ``JSONDatabase`` in ``work_dir`` (a temporary directory when None).
     ``software_pipeline``: see :func:`schedule_rules`. ``kwargs`` go to ``ms.tune_tir``

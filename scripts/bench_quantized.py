@@ -224,7 +224,7 @@ def main():
                         help="sweep configurations at Mx8192x28672 for these comma-separated M (default 1,128)")
     parser.add_argument("--types", default=",".join(TYPES), help="comma-separated weight types")
     parser.add_argument("--tuned", action="store_true",
-                        help="a row of quantized_matmul(tune=True) under each of ours (tunes 25 configurations "
+                        help="a row of quantized_matmul(tune=True) under each of ours (tunes 30 configurations "
                              "a shape and type: pick few --types)")
     args = parser.parse_args()
     torch.manual_seed(0)

@@ -36,6 +36,7 @@ def test_command_line_prints_the_table(tmp_path):
     assert lines[2].split() == ["256", "4", "1.0000", "1.00x", "best"]
     assert "skipped: lowering: ScriptError: TunedAddOne: block_n=512 needs more than one warp" in lines[-2]
     assert lines[-1].startswith("best: block_n=256, warps=4 (1.0000 ms, measured in ")
+    assert "s: " in lines[-1] and "timing" in lines[-1]  # the phases (the fake runner's take a moment or less)
     again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert again.stdout.strip().splitlines()[-1] == "best: block_n=256, warps=4 (1.0000 ms, from the database)"
 

@@ -96,7 +96,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   progress=not options.no_progress)
     print(f"{options.kernel}  {result.key.json}")
     print(result.table())
-    how = f"measured in {result.elapsed:.1f} s" if result.tuned else "from the database"
+    from tilus_tvm.tune.engine import describe_phases
+
+    how = (f"measured in {result.elapsed:.1f} s: {describe_phases(result.phases)}" if result.tuned
+           else "from the database")
     best = ", ".join(f"{k}={v!r}" for k, v in result.config.items())
     print(f"best: {best} ({result.best.seconds * 1e3:.4f} ms, {how})")
     return 0

@@ -190,8 +190,8 @@ def choose(tunable, args: tuple, target: Any = None, *, key: Optional[TuningKey]
 
 
 def describe_phases(phases: dict) -> str:
-    """``"lowering 3.1 s, building 20.4 s, timing 12.0 s"`` (phases that took no time left out)."""
-    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items() if seconds >= 0.05) or "nothing measured"
+    """``"lowering 3.1 s, building 20.4 s, timing 12.0 s"`` (phases that did not run left out)."""
+    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items() if seconds > 0) or "nothing measured"
 
 
 def _budget(max_trials: Optional[int], space_size: int) -> int:

@@ -82,6 +82,15 @@ def scale_seconds(config: dict) -> float:
     return 1e-4 * (1 + cost)
 
 
+def _slowed(stand_in, work, inputs):
+    """``work(inputs)`` after ``stand_in.delay`` seconds; the call's (start, end) go to ``stand_in.calls``."""
+    start = time.perf_counter()
+    time.sleep(stand_in.delay)
+    result = work(inputs)
+    stand_in.calls.append((start, time.perf_counter()))
+    return result
+
+
 def _config_of(mod) -> str:
     return str(next(iter(mod.functions.values())).attrs[measure.CONFIG_ATTR])
 
@@ -100,11 +109,7 @@ class FakeBuilder(ms.builder.PyBuilder):
         self.calls = []
 
     def build(self, build_inputs):
-        start = time.perf_counter()
-        time.sleep(self.delay)
-        results = self._build(build_inputs)
-        self.calls.append((start, time.perf_counter()))
-        return results
+        return _slowed(self, self._build, build_inputs)
 
     def _build(self, build_inputs):
         results = []
@@ -154,11 +159,7 @@ class ConfigRunner(ms.runner.PyRunner):
         self.calls = []
 
     def run(self, runner_inputs):
-        start = time.perf_counter()
-        time.sleep(self.delay)
-        futures = self._run(runner_inputs)
-        self.calls.append((start, time.perf_counter()))
-        return futures
+        return _slowed(self, self._run, runner_inputs)
 
     def _run(self, runner_inputs):
         futures = []

@@ -4,6 +4,7 @@
     python scripts/bench_quantized.py --quick         # 1x8192x28672 and 16x8192x28672 only
     python scripts/bench_quantized.py --configs       # sweep configurations at 1x and 128x8192x28672 (u4 g128)
     python scripts/bench_quantized.py --configs 128   # ... at 128x8192x28672 only
+    python scripts/bench_quantized.py --configs 1 --types uint8,float4_e2m1   # ... for these types
     python scripts/bench_quantized.py --quick --types uint4b --tuned   # a row of quantized_matmul(tune=True) too
 
 One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 weights, then per weight
@@ -196,33 +197,38 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
                   f"{t_torch / t_ours:9.2f}x{tiny_text}  {config_text(config)}")
 
 
-def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672):
-    """Configurations at m x k x n (u4 g128), fastest first."""
-    w = Weights("uint4b", k, n)
+def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str = "uint4b"):
+    """Configurations at m x k x n (group 128), fastest first. For decode batches: 1 to 8 warps of 1 to 4
+    units each (a block of 16 to 512 channels: finer blocks spread a grid that is less than a wave more
+    evenly over the SMs), K split 1, 2 or 4, two k-steps of weights in flight."""
+    w = Weights(weight_type, k, n)
     results = []
-    candidates = [Config(warps=warps, units_per_warp=units, block_m=8 if m <= 8 else 16, split_k=split,
-                         prefetch=prefetch)
-                  for warps in (4, 8) for units in (1, 2, 4) for split in (1, 2, 4) for prefetch in (1, 2)]
+    candidates = [Config(warps=warps, units_per_warp=units, block_m=8 if m <= 8 else 16, split_k=split, prefetch=2)
+                  for warps in (1, 2, 4, 8) for units in (1, 2, 4) for split in (1, 2, 4)
+                  if units % w.packed.format.units == 0]
     if m > 16:
         candidates = [Config(warps=warps, units_per_warp=units, block_m=block_m, stage_activations=True, stages=3,
-                             scale_weights=True) for warps in (4, 8) for units in (1, 2) for block_m in (32, 64, 128)]
+                             scale_weights=True) for warps in (4, 8) for units in (1, 2) for block_m in (32, 64, 128)
+                      if units % w.packed.format.units == 0]
     for config in candidates:
         try:
             t_ours, nbytes, _ = run_ours(w, m, config)
             results.append((t_ours, nbytes, config))
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"# {config}: {type(exc).__name__}: {str(exc)[:160]}")
-    print(f"\n{m}x{k}x{n} u4 g128")
+    table = choose_config(m, w.packed.format, torch.cuda.get_device_properties(0).multi_processor_count)
+    print(f"\n{m}x{k}x{n} {weight_type} g128 (the table's choice: {config_text(table)})")
     for t_ours, nbytes, config in sorted(results, key=lambda r: r[0]):
-        print(f"{t_ours:8.1f} us {nbytes / bandwidth / t_ours:6.0%} of floor  {config}")
+        print(f"{t_ours:8.1f} us {nbytes / bandwidth / t_ours:6.0%} of floor  {config_text(config)}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the two 8192x28672 decode shapes only")
     parser.add_argument("--configs", nargs="?", const="1,128", default=None,
-                        help="sweep configurations at Mx8192x28672 for these comma-separated M (default 1,128)")
-    parser.add_argument("--types", default=",".join(TYPES), help="comma-separated weight types")
+                        help="sweep configurations at Mx8192x28672 for these comma-separated M (default 1,128), "
+                             "for each of --types (default there: uint4b)")
+    parser.add_argument("--types", default=None, help=f"comma-separated weight types (default: {','.join(TYPES)})")
     parser.add_argument("--tuned", action="store_true",
                         help="a row of quantized_matmul(tune=True) under each of ours (tunes 30 configurations "
                              "a shape and type: pick few --types)")
@@ -235,10 +241,12 @@ def main():
     print("# goals: u4 g128 1x8192x28672 <= 46 us; every width 2-8 bits >= 80% of its floor; batch 64-256 >= "
           "torch.matmul f16 (vs torch >= 1.00x)")
     if args.configs:
-        for m in args.configs.split(","):
-            sweep(bandwidth, m=int(m))
+        for weight_type in (args.types or "uint4b").split(","):
+            for m in args.configs.split(","):
+                sweep(bandwidth, m=int(m), weight_type=weight_type)
         return
-    run_table(QUICK if args.quick else DECODE + PREFILL, args.types.split(","), bandwidth, args.tuned)
+    run_table(QUICK if args.quick else DECODE + PREFILL, (args.types or ",".join(TYPES)).split(","), bandwidth,
+              args.tuned)
 
 
 if __name__ == "__main__":

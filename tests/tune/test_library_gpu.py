@@ -1,5 +1,6 @@
-"""GPU: the library functions with tune=True tune their kernel's space at the first call of a key,
-compute the right result, and launch the choice for later calls of the key without tuning again."""
+"""GPU: the library functions (matmul, the row kernels, quantized_matmul) with tune=True tune their
+kernel's space at the first call of a key, compute the right result, and launch the choice for later
+calls of the key without tuning again."""
 import pytest
 
 from tilus_tvm.schedules import layer_norm, matmul, rms_norm, softmax
@@ -46,3 +47,25 @@ def test_row_kernels_tune(no_more_tuning):
     x2 = torch.randn(120, 4096, device="cuda", dtype=torch.float16)  # rows 100 and 120: one bucket
     torch.testing.assert_close(rms_norm(x2, w, 1e-6, tune=True), F.rms_norm(x2, [4096], w, 1e-6), rtol=1e-2,
                                atol=1e-2)
+
+
+def test_quantized_matmul_tune(no_more_tuning):
+    """QuantizedMatmul's space (30 configurations, 8 warps x 4 units among them) tuned for 8-bit weights at
+    3 rows; 4 rows share the bucket and launch the choice."""
+    import math
+
+    import torch
+
+    from tilus_tvm.schedules.quantized_matmul import dequantize, pack_weight, quantized_matmul
+
+    k, n = 1024, 512
+    generator = torch.Generator().manual_seed(0)
+    packed = pack_weight(torch.randint(0, 256, (k, n), generator=generator).float().cuda(), "uint8", 128).to("cuda")
+    scales = (torch.rand(k // 128, n, generator=generator) + 0.5).div(math.sqrt(k)).half().cuda()
+    reference = dequantize(packed, scales)
+    for rows in (3, 4):
+        a = torch.randn(rows, k, generator=generator).half().cuda()
+        out = quantized_matmul(a, packed, scales, tune=True)
+        expected = a.float() @ reference
+        torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
+        no_more_tuning()

@@ -44,8 +44,10 @@ from tilus_tvm.utils.cores import available_cores  # noqa: F401 - re-exported fo
 CONFIG_ATTR = "tilus.config"
 ENTRY = "main"
 # Each configuration: 1 warm-up, then 3 repeats of at least 40 ms each (enough for a stable
-# median of kernels that run for tens of microseconds to milliseconds).
-EVALUATOR = dict(number=5, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
+# median of kernels that run for tens of microseconds to milliseconds). A repeat starts at one run
+# and TVM's time_evaluator raises the count until it lasts 40 ms, so a slow candidate (tune_tir's
+# random schedules take up to tens of ms) costs 3 runs, not 3 x 5.
+EVALUATOR = dict(number=1, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
 
 
 def _built_for(runtime_module, target: tvm.target.Target):

@@ -165,8 +165,8 @@ def cache_dir(dir_path: str | os.PathLike) -> None:
 
 
 def parallel_workers(n: int) -> None:
-    """Build up to ``n`` tuning candidates in parallel (Tilus's ``tilus.option.parallel_workers``); read
-    when the tuner starts its builder (the first tuning in a process)."""
+    """Lower and build up to ``n`` tuning candidates in parallel (Tilus's
+    ``tilus.option.parallel_workers``); read at each tuning that is not given ``workers=``."""
     set_option("parallel_workers", n)
 
 

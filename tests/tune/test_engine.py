@@ -166,3 +166,24 @@ def test_cost_model_ranks_untried_configurations():
     # The first batch is a random sample (about the middle of the ranking); the model's are far better.
     assert 60 < mean_rank[0] < 210
     assert max(mean_rank[1:]) < 100 and min(mean_rank[1:]) < 60, mean_rank
+
+
+def test_parallel_workers_option_sizes_the_tuner(monkeypatch):
+    """The tuner lowers and builds on tilus_tvm.option's parallel_workers processes, unless the tuning
+    options say how many (configure(workers=))."""
+    from tilus_tvm import option
+    from tilus_tvm.tune import engine
+
+    sizes = []
+    monkeypatch.setattr(engine, "_default_builder", lambda workers: sizes.append(workers) or FakeBuilder())
+    option.parallel_workers(3)
+    try:
+        for n in (5000, 6000):
+            if n == 6000:
+                configure(workers=2)
+            tilus.tune(TunedAddOne(), n, vector(n), vector(n), target="sm_90", runner=ConfigRunner(add_one_seconds),
+                       progress=False)
+    finally:
+        option.set_option("parallel_workers", None)
+        configure()
+    assert sizes == [3, 2]

@@ -223,6 +223,7 @@ class _Search:
     """Measure up to ``budget`` of the given configurations (see the module docstring, step 3)."""
 
     def __init__(self, tunable, args: tuple, key: TuningKey, marker, database, options: TuneOptions, name: str):
+        from tilus_tvm import option
         from tilus_tvm.target import tvm_target
         from tilus_tvm.tune import measure
 
@@ -230,7 +231,7 @@ class _Search:
                                                                                     database, name)
         self.options = options
         self.target = tvm_target(key.arch)
-        self.workers = options.workers or measure.available_cores()
+        self.workers = options.workers or option.get_option("parallel_workers")  # default: the cores we may use
         self.builder = options.builder if options.builder is not None else _default_builder(self.workers)
         self._runner, self._runner_future = None, None
         if options.runner is not None or options.tracker is not None:

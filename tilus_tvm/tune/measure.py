@@ -39,7 +39,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from tilus_tvm.tune.errors import TuningError
-from tilus_tvm.utils.cores import available_cores  # noqa: F401 - re-exported for the tuner
+from tilus_tvm.utils.cores import available_cores  # noqa: F401 - re-exported (tune_tir's search threads)
 
 CONFIG_ATTR = "tilus.config"
 ENTRY = "main"

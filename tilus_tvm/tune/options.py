@@ -27,8 +27,8 @@ class TuneOptions:
     (configurations measured at most; None: all, or the class's ``max_trials``), ``cost_model``
     (``"xgb"``, ``"random"`` or a MetaSchedule ``CostModel``; ranks candidates when the space is
     larger than the trial budget), ``progress`` (show a progress bar), ``seed`` (the search's
-    random choices), ``workers`` (processes that lower and build candidates; None: the cores this
-    process may use), ``library`` (the library functions -- ``matmul()``, ``flash_attention()``,
+    random choices), ``workers`` (processes that lower and build candidates; None: the
+    ``parallel_workers`` option, which defaults to the cores this process may use), ``library`` (the library functions -- ``matmul()``, ``flash_attention()``,
     ``softmax()``, ``layer_norm()``, ``rms_norm()`` -- launch tuned configurations instead of
     their hand-picked tables; their ``tune=`` argument overrides it call by call)."""
 

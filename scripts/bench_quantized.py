@@ -6,6 +6,7 @@
     python scripts/bench_quantized.py --configs 128   # ... at 128x8192x28672 only
     python scripts/bench_quantized.py --configs 1 --types uint8,float4_e2m1   # ... for these types
     python scripts/bench_quantized.py --quick --types uint4b --tuned   # a row of quantized_matmul(tune=True) too
+    python scripts/bench_quantized.py --quick --split-reduce serial    # split-K summed in the kernel
 
 One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 weights, then per weight
 type (group 128 scales, float16 activations): our time, the *bandwidth floor* (bytes the kernel must
@@ -21,6 +22,7 @@ Goals (issue 12): u4 g128 at 1x8192x28672 <= 46 us on an H100 (>= 85% of copy ba
 2-8 bits >= 80% of its floor; batch 64-256 at least torch.matmul's speed.
 """
 import argparse
+from dataclasses import replace
 import importlib
 import math
 import pathlib
@@ -41,6 +43,7 @@ DECODE = [(1, 8192, 28672), (16, 8192, 28672),
 PREFILL = [(64, 8192, 28672), (128, 8192, 28672), (256, 8192, 28672), (64, 4096, 11008), (256, 4096, 11008)]
 QUICK = [(1, 8192, 28672), (16, 8192, 28672)]
 FLUSH = None
+SPLIT_REDUCE = "kernel"  # --split-reduce: how the table's split-K partial sums are added up
 
 
 def flush_l2():
@@ -125,7 +128,8 @@ def triton_packages() -> str:
 
 def config_text(config: Config) -> str:
     return (f"{config.warps}w {config.units_per_warp}u bm{config.block_m} s{config.split_k} p{config.prefetch}"
-            + (" staged" if config.stage_activations else ""))
+            + (" staged" if config.stage_activations else "")
+            + (" in-kernel sum" if config.split_k > 1 and config.split_reduce == "serial" else ""))
 
 
 def run_ours(w: Weights, m: int, config=None, tune: bool = False):
@@ -134,7 +138,7 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     a = torch.randn(m, w.packed.k, device="cuda").half()
     out = torch.empty(m, w.packed.n, dtype=torch.float16, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    chosen = config or choose_config(m, w.packed.format, sms)
+    chosen = config or replace(choose_config(m, w.packed.format, sms), split_reduce=SPLIT_REDUCE)
     if tune:
         call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, tune=True)  # noqa: E731
     else:
@@ -203,7 +207,8 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
     evenly over the SMs), K split 1, 2 or 4, two k-steps of weights in flight."""
     w = Weights(weight_type, k, n)
     results = []
-    candidates = [Config(warps=warps, units_per_warp=units, block_m=8 if m <= 8 else 16, split_k=split, prefetch=2)
+    candidates = [Config(warps=warps, units_per_warp=units, block_m=8 if m <= 8 else 16, split_k=split, prefetch=2,
+                         split_reduce=SPLIT_REDUCE)
                   for warps in (1, 2, 4, 8) for units in (1, 2, 4) for split in (1, 2, 4)
                   if units % w.packed.format.units == 0]
     if m > 16:
@@ -232,7 +237,12 @@ def main():
     parser.add_argument("--tuned", action="store_true",
                         help="a row of quantized_matmul(tune=True) under each of ours (tunes 30 configurations "
                              "a shape and type: pick few --types)")
+    parser.add_argument("--split-reduce", choices=["kernel", "serial"], default="kernel",
+                        help="split-K partial sums added by a second kernel (the default) or in the kernel, in "
+                             "split order (semaphores)")
     args = parser.parse_args()
+    global SPLIT_REDUCE
+    SPLIT_REDUCE = args.split_reduce
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     bandwidth = copy_bandwidth()

@@ -107,6 +107,7 @@ def library_kernels(cuda):
     from tilus_tvm.schedules import (decode_attention, flash_attention, layer_norm, pack_weight, quantized_matmul,
                                      rms_norm, softmax)
     from tilus_tvm.schedules.decode_attention import DecodeConfig
+    from tilus_tvm.schedules.quantized_matmul import Config
 
     for head_dim, causal, (lq, lk) in ((64, True, (77, 77)), (128, False, (50, 133)), (128, True, (129, 129))):
         q = torch.randn(2, 3, lq, head_dim, dtype=torch.float16, **cuda)
@@ -136,6 +137,11 @@ def library_kernels(cuda):
         weight = codes.half() * scales.repeat_interleave(128, 0)
         check(f"quantized_matmul u4 g128 {m}x{n}x{k}", quantized_matmul(a, packed, scales), a.float() @ weight.float(),
               5e-2)
+        if m <= 8 and k // 128 % 2 == 0:  # K split in two, added up in the kernel (semaphores), launched twice
+            serial = Config(prefetch=2, split_k=2, split_reduce="serial")
+            for launch in range(2):
+                check(f"quantized_matmul u4 g128 {m}x{n}x{k} serial split-K launch {launch}",
+                      quantized_matmul(a, packed, scales, config=serial), a.float() @ weight.float(), 5e-2)
 
 
 if __name__ == "__main__":

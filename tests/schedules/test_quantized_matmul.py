@@ -10,7 +10,7 @@ import torch
 import tilus_tvm as tilus
 from tilus_tvm import dtypes, lowp
 from tilus_tvm.errors import LaunchError, ScriptError
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from tilus_tvm.schedules.quantized_matmul import (Config, QuantizedMatmul, choose_config, kernel_layouts, pack_weight,
                                                   quantize_weight, quantized_matmul)
@@ -151,6 +151,40 @@ def test_split_k_writes_partials_and_sums_them():
     total = SplitKSum(2, dtypes.float16).compile(28672, torch.zeros(2, 28672), torch.zeros(28672, dtype=torch.float16),
                                                  target="sm_90")
     assert "split_k_sum" in total.cuda_source
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90"])
+def test_serial_split_reduction_adds_the_splits_in_the_kernel(target):
+    """split_reduce="serial": split z waits on its tile's semaphore for z, adds the partial sums in the
+    kernel's own workspace, and the last split writes the output and clears the semaphore."""
+    fmt = WeightFormat(dtypes.uint4b, 8192, 28672, 128)
+    config = replace(choose_config(1, fmt, multiprocessors=132), split_reduce="serial")
+    kernel, compiled = compile_kernel(fmt, 3, config, target=target)
+    program = str(kernel.tile_program(3, meta(3, 8192), meta(*fmt.storage_shape, dtype=torch.int32),
+                                      meta(64, 28672), meta(64, 28672), meta(3, 28672), meta(1, dtype=torch.float32),
+                                      target=target))
+    assert "lock_semaphore" in program and "release_semaphore" in program
+    assert "allocate_global(requires_clean=True)" in program  # the semaphores, zeroed once
+    code = ptx(compiled, target)
+    assert "ld.acquire.gpu.global" in code and "st.release.gpu.global" in code
+    assert code.count("mma.sync.aligned.m16n8k16") >= 1
+
+
+def test_serial_split_reduction_launches_one_kernel(monkeypatch):
+    import tilus_tvm.lang.script as script_module
+
+    launched = []
+    monkeypatch.setattr(script_module, "_RUNTIME_LAUNCH", lambda script, args: launched.append((script, args)))
+    packed = pack_weight(random_values(dtypes.uint4b, 1024, 256), "uint4b", 128)
+    a, scales = torch.zeros(3, 1024, dtype=torch.float16), torch.ones(8, 256, dtype=torch.float16)
+    quantized_matmul(a, packed, scales, config=Config(split_k=2, prefetch=2, split_reduce="serial"))
+    ((kernel, args),) = launched
+    assert kernel.hyper_parameters()["split_reduce"] == "serial" and args[-1].numel() == 1  # no SplitKSum workspace
+    launched.clear()
+    quantized_matmul(a, packed, scales, config=Config(split_k=2, prefetch=2))
+    assert [type(k).__name__ for k, _ in launched] == ["QuantizedMatmul", "SplitKSum"]
+    with pytest.raises(ScriptError, match="split_reduce='tree' must be one of 'kernel', 'serial'"):
+        quantized_matmul(a, packed, scales, config=Config(split_k=2, split_reduce="tree"))
 
 
 def test_bad_input_is_refused_before_launch():

@@ -69,3 +69,12 @@ def test_batched_input_shape_and_config_override():
     assert out.shape == (2, 3, 64)
     reference = a.float().reshape(6, 256) @ dequantize(packed, scales)
     torch.testing.assert_close(out.float().reshape(6, 64), reference, rtol=2e-2, atol=2e-2 * reference.abs().max().item())
+
+
+@pytest.mark.parametrize("m,k,n,split", [(1, 4096, 1024, 2), (3, 2048, 640, 4), (9, 1024, 256, 2)])
+def test_serial_split_reduction(m, k, n, split):
+    """split_reduce="serial": the splits add up in the kernel; launched twice (new data, the same kernel and
+    workspaces), so the second launch finds the semaphores the first one cleared."""
+    config = Config(block_m=8 if m <= 8 else 16, prefetch=2, split_k=split, split_reduce="serial")
+    for seed in (0, 1):
+        check("uint4b", m, k, n, 128, seed=seed, config=config)

@@ -33,7 +33,11 @@ fills many registers).
 share it; the weights still go straight to registers (each is used by one warp only).
 
 The grid is (M / block_m, N / block_n): the batch tiles of one weight tile run next to each other,
-so a weight tile read by several batch tiles comes from L2 after the first.
+so a weight tile read by several batch tiles comes from L2 after the first. With few blocks (decode),
+``split_k`` blocks share K (grid z). By default each writes its float32 partial sums to a workspace and
+:class:`SplitKSum`, a second kernel, adds them up. With ``split_reduce="serial"`` the kernel adds them
+itself: ``MatmulSplitK``'s ordered reduction through one semaphore a tile. That saves the second
+launch; the two have not yet been timed against each other on a GPU.
 
 ``QuantizedMatmul`` carries an ``opt_in`` ``@autotune`` space of 30 configurations (the block's
 channels as warps x units, and its batch rows with the matching load path), which holds every
@@ -77,6 +81,11 @@ def kernel_layouts(fmt: WeightFormat, warps: int, units_per_warp: int, block_m: 
     return words, a, permute(b, [1, 0]), b, c
 
 
+# how the split_k partial sums of a tile meet: "kernel", a second kernel (SplitKSum) adds them up from a
+# workspace the caller passes; "serial", the kernel's own blocks add them in split order through a workspace
+# of its own and one semaphore a tile (MatmulSplitK's reduction), so there is no second launch
+SPLIT_REDUCTIONS = ("kernel", "serial")
+
 # (warps, units_per_warp): 64 to 512 channels a block (units of 16; 2 or 4 a warp, a multiple of every
 # format's units). 8 x 4 is there for 8-bit weights: at 1x8192x28672 on the H100 it took uint8 from
 # 122 us (the table's 4 x 2) to 100 us, 80% of the bandwidth floor (split_k 2 both).
@@ -99,12 +108,14 @@ class QuantizedMatmul(tilus.Script):
     the block's tile; ``stage_activations``/``stages``: the shared-memory path for large batches;
     ``scale_weights``: scales applied to the weights rather than to each group's product; ``split_k``:
     K split over that many blocks (grid z), each writing float32 partial sums to ``ws_ptr`` [split_k, M, N]
-    for :class:`SplitKSum`; ``prefetch``: k-steps of weights in flight ahead of the one computed (1 or 2).
+    for :class:`SplitKSum` (``split_reduce="kernel"``), or adding them up itself, split after split, and
+    leaving ``ws_ptr`` alone (``split_reduce="serial"``; not yet timed against the other on a GPU);
+    ``prefetch``: k-steps of weights in flight ahead of the one computed (1 or 2).
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
                  units_per_warp: int = 2, block_m: int = 8, stage_activations: bool = False, stages: int = 2,
-                 scale_weights: bool = False, split_k: int = 1, prefetch: int = 1):
+                 scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "kernel"):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -126,10 +137,13 @@ class QuantizedMatmul(tilus.Script):
                               f"inputs of {fmt.describe()}")
         if prefetch not in (1, 2):
             raise ScriptError(f"QuantizedMatmul: prefetch={prefetch} must be 1 or 2 (k-steps of weights in flight)")
+        if split_reduce not in SPLIT_REDUCTIONS:
+            raise ScriptError(f"QuantizedMatmul: split_reduce={split_reduce!r} must be one of "
+                              f"{', '.join(map(repr, SPLIT_REDUCTIONS))}")
         self.fmt, self.dtype, self.zero_points = fmt, dtype, bool(zero_points)
         self.warps, self.units_per_warp, self.block_m = warps, units_per_warp, block_m
         self.stage_activations, self.stages, self.scale_weights = bool(stage_activations), stages, bool(scale_weights)
-        self.split_k, self.prefetch = split_k, prefetch
+        self.split_k, self.prefetch, self.split_reduce = split_k, prefetch, split_reduce
 
     def __call__(self, m_size: int32, a_ptr: ~void, w_ptr: ~int32, s_ptr: ~void, z_ptr: ~void, out_ptr: ~void,
                  ws_ptr: ~float32):
@@ -209,6 +223,22 @@ class QuantizedMatmul(tilus.Script):
         if splits == 1:
             go = self.global_view(out_ptr, dtype=dtype, shape=[fmt.n, m_size], strides=[1, fmt.n])  # out^T
             self.store_global(go, acc.to(dtype), offsets=[n0, m0])
+        elif self.split_reduce == "serial":  # the splits of a tile add up here, in order (MatmulSplitK's way)
+            split = self.blockIdx.z
+            partials = self.global_tensor(dtype=float32, shape=[fmt.n, m_size], requires_clean=False)  # out^T
+            semaphores = self.global_tensor(dtype=int32, shape=[self.utils.ceil_div(fmt.n, bn),
+                                                                self.utils.ceil_div(m_size, bm)], requires_clean=True)
+            semaphore = semaphores[self.blockIdx.y, self.blockIdx.x].item_ptr()
+            if split > 0:
+                self.lock_semaphore(semaphore, split)
+                acc = acc + self.load_global(partials, offsets=[n0, m0], shape=[bn, bm], layout=c_layout)
+            if split == splits - 1:
+                go = self.global_view(out_ptr, dtype=dtype, shape=[fmt.n, m_size], strides=[1, fmt.n])
+                self.store_global(go, acc.to(dtype), offsets=[n0, m0])
+                self.release_semaphore(semaphore, 0)
+            else:
+                self.store_global(partials, acc, offsets=[n0, m0])
+                self.release_semaphore(semaphore, split + 1)
         else:  # this split's partial sums; SplitKSum adds them up
             gws = self.global_view(ws_ptr, dtype=float32, shape=[splits, fmt.n, m_size],
                                    strides=[m_size * fmt.n, 1, fmt.n])
@@ -247,6 +277,7 @@ class Config:
     scale_weights: bool = False
     split_k: int = 1
     prefetch: int = 1
+    split_reduce: str = "kernel"
 
 
 # by the largest batch they serve, first match wins; tuned with scripts/bench_quantized.py (--configs)
@@ -348,7 +379,7 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
         kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
     if not m:
         return out
-    splits = config.split_k
+    splits = config.split_k if config.split_reduce == "kernel" else 1  # partial sums that SplitKSum adds up
     workspace = torch.empty((splits, m, fmt.n) if splits > 1 else (1,), dtype=torch.float32, device=a.device)
     kernel(m, rows, packed_weight.storage, scales.contiguous(), (zeros if zeros is not None else scales).contiguous(),
            out, workspace)

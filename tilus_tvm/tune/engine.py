@@ -282,6 +282,8 @@ class _Search:
     def run(self, configs: list[dict], budget: int) -> list[Trial]:
         from tqdm import tqdm
 
+        from tilus_tvm.tune import measure
+
         started = time.perf_counter()
         lowered, trials = self._lower_all(configs)
         self.phases["lowering"] += time.perf_counter() - started
@@ -302,6 +304,8 @@ class _Search:
                     batch, lowered = lowered[:size], lowered[size:]
                 built = self._build(batch)
                 results = self._record(batch, built, self._time(batch, built))
+                for build in built:  # timed: the artifacts are no longer needed
+                    measure.remove_artifact(build.artifact_path)
                 for trial in results:
                     trial.batch = batches
                 batches += 1

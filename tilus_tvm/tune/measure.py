@@ -78,24 +78,41 @@ def has_device_compiler() -> bool:
     return export.nvcc_path() is not None or importlib.util.find_spec("cuda.bindings") is not None
 
 
+ARTIFACT_PREFIX = "tilus_candidate_"  # the temporary directory of each artifact export_candidate writes
+
+
 def export_candidate(runtime_module) -> str:
     """MetaSchedule export function: the path of ``runtime_module`` written as a shared library holding
     compiled GPU code for the architecture :func:`build_candidate` marked (so loading it in the
-    runner compiles nothing). Where neither nvcc nor NVRTC is available, MetaSchedule's default
-    export (a tar of CUDA source, compiled by the runner as it loads it). A compiler error is the
-    candidate's build error."""
+    runner compiles nothing). Where neither nvcc nor NVRTC is available, a tar of CUDA source, as
+    MetaSchedule's default export writes it (the runner compiles it as it loads it). Each artifact
+    has a directory of its own (:func:`remove_artifact`). A compiler error is the candidate's build
+    error."""
     import os
     import tempfile
 
-    from tvm.s_tir.meta_schedule.builder.local_builder import default_export
+    from tvm.support.tar import tar
 
     from tilus_tvm.runtime import export
 
+    directory = tempfile.mkdtemp(prefix=ARTIFACT_PREFIX)
     archs = getattr(runtime_module, "tilus_archs", None)
     if not archs or not has_device_compiler():
-        return default_export(runtime_module)
-    return export.export_library(runtime_module, os.path.join(tempfile.mkdtemp(prefix="tilus_candidate_"),
-                                                              "candidate.so"), archs=archs)
+        path = os.path.join(directory, "candidate." + tar.output_format)
+        runtime_module.export_library(path, fcompile=tar)
+        return path
+    return export.export_library(runtime_module, os.path.join(directory, "candidate.so"), archs=archs)
+
+
+def remove_artifact(path) -> None:
+    """Delete an artifact :func:`export_candidate` wrote, with its directory, once it has been timed
+    (MetaSchedule's own task scheduler does the same for its builds); anything else is left alone."""
+    import os
+    import shutil
+
+    directory = os.path.dirname(str(path or ""))
+    if os.path.basename(directory).startswith(ARTIFACT_PREFIX):
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def is_scalar_param(param) -> bool:

@@ -103,10 +103,13 @@ class CodegenContext:
         if tensor.pointer.shaped or is_packed(tensor.dtype):  # the ABI's shaped buffer; packed: its bytes
             self.views[id(tensor)] = tensor.pointer.buffer
             return
-        flat = tensor.pointer.buffer
+        self._declare_strided_view(tensor, tensor.pointer.buffer.data)
+
+    def _declare_strided_view(self, tensor: GlobalTensor, data) -> None:
+        """The buffer of ``tensor``'s shape and strides over the memory at ``data``."""
         if not compact(tensor.shape, tensor.strides):
             self.strided_views = True  # TVM's LowerTIRx drops the strides: see backend/strided.py
-        buffer = Tb.decl_buffer(list(tensor.shape), tensor.dtype.name, data=flat.data, strides=list(tensor.strides))
+        buffer = Tb.decl_buffer(list(tensor.shape), tensor.dtype.name, data=data, strides=list(tensor.strides))
         IRBuilder.name(tensor.name, buffer)
         self.views[id(tensor)] = buffer
 
@@ -115,17 +118,12 @@ class CodegenContext:
         variable, and declare the sub-view's buffers from it: indices inside are int32 again."""
         import tvm
 
-        if not compact(tensor.shape, tensor.strides):
-            self.strided_views = True
         pointer = tirx.Var(f"{tensor.name}_base", tvm.ir.PointerType(tvm.ir.PrimType(tensor.dtype.name), "global"))
         Tb.bind(tirx.address_of(tirx.BufferLoad(self.pointer_flat(tensor.pointer), [tensor.base_offset()])),
                 var=pointer)
-        buffer = Tb.decl_buffer(list(tensor.shape), tensor.dtype.name, data=pointer, strides=list(tensor.strides))
-        IRBuilder.name(tensor.name, buffer)
-        span = 1 + sum(((extent - 1) * stride for extent, stride in zip(tensor.shape, tensor.strides)), 0)
-        flat = Tb.decl_buffer((span,), tensor.dtype.name, data=pointer)
+        self._declare_strided_view(tensor, pointer)
+        flat = Tb.decl_buffer((tensor.span,), tensor.dtype.name, data=pointer)
         IRBuilder.name(f"{tensor.name}_flat", flat)
-        self.views[id(tensor)] = buffer
         self.subview_flats[id(tensor)] = flat
 
     def shared_view(self, byte_offset: int, dtype: DataType, num_elements: int, name: str) -> tirx.Buffer:

@@ -317,6 +317,11 @@ class GlobalTensor:
     def is_subview(self) -> bool:
         return self.parent is not None
 
+    @property
+    def span(self) -> Any:
+        """Elements from the first to the last, inclusive: ``1 + sum((extent - 1) * stride)``."""
+        return 1 + sum(((extent - 1) * stride for extent, stride in zip(self.shape, self.strides)), 0)
+
     def base_offset(self) -> Any:
         """A sub-view's first element, in elements from the pointer, as an int64 expression:
         ``sum(int64(i) * int64(stride))`` over the leading indices. A compact parent's strides are

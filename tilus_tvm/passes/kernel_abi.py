@@ -204,7 +204,7 @@ def _subview_span(func: Function, param: Param, subviews: list, scalar_vars: lis
 
     texts = []
     for view in subviews:
-        span = 1 + sum(((extent - 1) * stride for extent, stride in zip(view.shape, view.strides)), 0)
+        span = view.span
         if not isinstance(span, int):
             span = func.analyzer().simplify(span)  # the launcher's text: as short as it gets
         span = _of_scalars(func, span, scalar_vars, lambda unknown: (

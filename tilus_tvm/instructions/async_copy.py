@@ -72,8 +72,7 @@ def copy_vector(inst: ir.CopyAsync, aligned_pointer: bool, layout=None, analyzer
         if dst.shape[-1] % width:
             continue
         strides = [s for d, s in enumerate(src.strides) if d != global_dim]
-        if src.is_subview:  # its base offset too
-            strides += list(src.parent.strides[:len(src.leading)])
+        strides += src.base_strides  # a sub-view's first element
         if not all(_divisible(v, width, analyzer) for v in [inst.offsets[global_dim], *strides]):
             continue
         if shared_vectors_fit(dst, layout, width):

@@ -52,8 +52,7 @@ def vector_width(layout: RegisterLayout, tensor: GlobalTensor, offsets: Sequence
     while width > 1:
         multiples = [offsets[global_dim], tensor.shape[global_dim]]
         multiples += [s for d, s in enumerate(tensor.strides) if d != global_dim]
-        if tensor.is_subview:
-            multiples += list(tensor.parent.strides[:len(tensor.leading)])
+        multiples += tensor.base_strides  # a sub-view's first element
         if all(_divisible(analyzer, value, width) for value in multiples):
             return width
         width //= 2

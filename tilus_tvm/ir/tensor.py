@@ -318,6 +318,12 @@ class GlobalTensor:
         return self.parent is not None
 
     @property
+    def base_strides(self) -> tuple[Any, ...]:
+        """The strides that place a sub-view's first element (the parent's, of its leading indices):
+        an alignment holds for the sub-view only if it holds for them too; () for a view of a pointer."""
+        return tuple(self.parent.strides[:len(self.leading)]) if self.parent is not None else ()
+
+    @property
     def span(self) -> Any:
         """Elements from the first to the last, inclusive: ``1 + sum((extent - 1) * stride)``."""
         return 1 + sum(((extent - 1) * stride for extent, stride in zip(self.shape, self.strides)), 0)

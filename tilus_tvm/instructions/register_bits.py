@@ -146,16 +146,18 @@ def emit_packed_allocate(ctx: CodegenContext, inst: ir.AllocateRegister) -> None
     out = inst.output
     codes = []
     for slot in range(out.layout.local_size):
-        if is_scalar(inst.init) and isinstance(inst.init, (bool, int, float)):
-            codes.append(u32(encode_scalar(inst.init, out.dtype)))
-            continue
         value = inst.init if is_scalar(inst.init) else inst.init(*ctx.logical(out.layout, slot))
         if isinstance(value, (bool, int, float)):
             codes.append(u32(encode_scalar(value, out.dtype)))
         else:
             codes.append(convert(value, dtypes.as_dtype(expr_dtype(value)), out.dtype))
-    buffer = ctx.reg(out)
-    for index, word in enumerate(pack_words(codes, out.dtype.nbits)):
+    _store_codes(ctx, out, codes)
+
+
+def _store_codes(ctx: CodegenContext, tensor, codes: list) -> None:
+    """The packed ``tensor``'s words, made of one code (a uint32 expression) per slot."""
+    buffer = ctx.reg(tensor)
+    for index, word in enumerate(pack_words(codes, tensor.dtype.nbits)):
         Tb.buffer_store(buffer, word, [index])
 
 
@@ -175,11 +177,8 @@ def emit_packed_convert_layout(ctx: CodegenContext, inst: ir.ConvertLayout) -> N
             position = row_major_linear(ctx.logical(src.layout, slot), src.shape)
             Tb.buffer_store(scratch, tirx.Cast("uint8", bits_of(words, slot * nbits, nbits)), [position])
     sync_threads()
-    codes = [u32(scratch[row_major_linear(ctx.logical(out.layout, slot), out.shape)])
-             for slot in range(out.layout.local_size)]
-    buffer = ctx.reg(out)
-    for index, word in enumerate(pack_words(codes, nbits)):
-        Tb.buffer_store(buffer, word, [index])
+    _store_codes(ctx, out, [u32(scratch[row_major_linear(ctx.logical(out.layout, slot), out.shape)])
+                            for slot in range(out.layout.local_size)])
     sync_threads()
 
 

@@ -21,6 +21,7 @@ backend that is unavailable is shown as "-". Every result is checked against SDP
 Goals: prefill >= 0.8x SDPA flash; decode >= 0.9x SDPA.
 """
 import argparse
+import dataclasses
 import importlib
 import pathlib
 import sys
@@ -168,7 +169,7 @@ def decode_cell(config, q, k, v, lens, expected, gbs, t_sdpa):
 
 def config_name(config):
     """``block_kv,warps,lanes,stages,splits,min_blocks``: what --decode-configs takes."""
-    return ",".join(str(getattr(config, f)) for f in ("block_kv", "warps", "lanes", "stages", "splits", "min_blocks"))
+    return ",".join(map(str, dataclasses.astuple(config)))
 
 
 def main():

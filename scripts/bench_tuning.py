@@ -11,8 +11,9 @@ Parts (``--part``, comma-separated, or ``all``):
   choice) and ``Matmul``'s 32-configuration space tuned from an empty database: the wall time of
   the whole tuning (lowering and building in parallel on the cores this process may use,
   MetaSchedule's LocalRunner) and of its phases, the tuned kernel, and the runner's times of the
-  best hand-picked configuration and of the tuned one (the same measurement for both). cuBLAS, the hand table and the
-  tuned kernel are timed (CUDA events) after the tuning, in three alternating rounds.
+  best hand-picked configuration and of the tuned one (the same measurement for both). cuBLAS, the
+  hand table and the tuned kernel are timed (CUDA events) after the tuning, in three alternating
+  rounds.
 - ``warm``: a second process runs ``matmul(a, b, tune=True)`` at the first shape with this run's
   database and kernel cache, ``tvm.compile``, MetaSchedule's builder and runners and the search
   refused: the choice comes from the database, the kernel from the disk cache.

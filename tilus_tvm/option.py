@@ -24,8 +24,9 @@ The options:
   Default: True.
 - ``debug.launch_blocking``: wait for every kernel launched from Python to finish (a CUDA error then
   surfaces at the launch that caused it). Default: False.
-- ``parallel_workers``: processes that build tuning candidates in parallel (the tuning builder,
-  ``tilus_tvm.tune.measure.PoolBuilder``, a MetaSchedule builder). Default: the cores this process may use (CPU affinity and cgroup quota).
+- ``parallel_workers``: processes that lower and build tuning candidates in parallel (the tuning
+  builder, ``tilus_tvm.tune.measure.PoolBuilder``, a MetaSchedule builder). Default: the cores this
+  process may use (CPU affinity and cgroup quota).
 
 Defaults that come from the environment are read each time an option is read, so a variable set
 after import still counts. Setting an option to None gives it back its default. This module imports

@@ -31,7 +31,7 @@ output.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Optional
 
 import tilus_tvm as tilus
@@ -73,7 +73,7 @@ class DecodeConfig:
     def parse(text: str) -> "DecodeConfig":
         """``"block_kv,warps,lanes,stages,splits,min_blocks"`` (trailing fields may be left out: defaults)."""
         values = [int(v) for v in text.split(",")]
-        names = ["block_kv", "warps", "lanes", "stages", "splits", "min_blocks"]
+        names = [f.name for f in fields(DecodeConfig)]
         if not 1 <= len(values) <= len(names):
             raise ValueError(f"a decode config is {','.join(names)}, got {text!r}")
         return DecodeConfig(**dict(zip(names, values)))

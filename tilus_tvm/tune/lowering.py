@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 logger = logging.getLogger("tilus_tvm.tune")
 
 TIMEOUT_SEC = 300  # one configuration's lowering, or building
-MAX_USES = 64  # a worker is recycled after this many jobs (lowerings, builds) (TVM's own pools do so against leaks)
+MAX_USES = 64  # a worker is recycled after this many jobs, lowerings or builds (as TVM's pools do, against leaks)
 OK, FAILED, UNAVAILABLE = "ok", "failed", "unavailable"
 POOL_START_SEC = 5.0  # about what starting the workers costs (each imports torch, TVM and the package)
 MIN_POOL_WORKERS = 4

@@ -16,13 +16,12 @@ runner -- one process, one candidate after another -- then compiles with NVRTC a
 Defaults (docs/tuning.md has the H100 figures behind them):
 
 - :class:`PoolBuilder`: a MetaSchedule builder on the process pool that lowered the candidates
-  (:func:`tilus_tvm.tune.lowering.pool`; the ``parallel_workers`` option's workers, by default one per
-  core this process may use, :func:`available_cores`: its CPU affinity and cgroup quota, not the
-  host's count). MetaSchedule's
-  ``LocalBuilder`` starts a fresh pool at every ``build`` call, whose workers each import torch, TVM
-  and the package again: about 10 s of every call on the H100 host's 16 cores. The pool needs
-  ``cloudpickle`` and ``psutil`` (the ``tune`` extra); without them :class:`SerialBuilder`, the
-  same build in this process.
+  (:func:`tilus_tvm.tune.lowering.pool`; the ``parallel_workers`` option's workers, by default one
+  per core this process may use, :func:`available_cores`: its CPU affinity and cgroup quota, not the
+  host's count). MetaSchedule's ``LocalBuilder`` starts a fresh pool at every ``build`` call, whose
+  workers each import torch, TVM and the package again: about 10 s of every call on the H100 host's
+  16 cores. The pool needs ``cloudpickle`` and ``psutil`` (the ``tune`` extra); without them
+  :class:`SerialBuilder`, the same build in this process.
 - ``ms.runner.LocalRunner`` on GPU 0, its tensors allocated by :func:`reuse_arguments`: MetaSchedule's
   random fill once for all the candidates of one workload, not once per candidate (the fill runs on
   the host; with it, timing 32 ``Matmul`` candidates at 4096^3 went from 22 s to 8 s).
@@ -238,7 +237,8 @@ class PoolBuilder(ms.builder.PyBuilder):
 
 
 def has_worker_pool() -> bool:
-    """Whether the process pools (TVM's ``PopenPoolExecutor``) can run here (``cloudpickle`` and ``psutil``)."""
+    """Whether the process pools (TVM's ``PopenPoolExecutor``) can run here: ``cloudpickle`` and
+    ``psutil`` are installed."""
     return all(importlib.util.find_spec(name) is not None for name in ("cloudpickle", "psutil"))
 
 

@@ -105,6 +105,11 @@ def half_bits(values, half: str) -> np.ndarray:
     return (f32.view(np.uint32) >> 16).astype(np.uint32)
 
 
+def slot_bits(out, slot: int) -> np.ndarray:
+    """The 16 bits of ``slot`` in pair outputs ``p0``, ``p1``, ... (slot ``2p`` low in ``p{p}``)."""
+    return (out[f"p{slot // 2}"] >> np.uint32(16 * (slot % 2))) & np.uint32(0xFFFF)
+
+
 def check_pairs(half, dtype, pair):
     """``pair(buffers, i) -> bits`` converts codes (c0[i], c1[i]); compare both lanes with lowp."""
     count = 1 << dtype.nbits
@@ -163,7 +168,7 @@ def test_e2m1_quad_prmt_lookup(half_word):
     values = np.array(lowp.all_values(dtypes.float4_e2m1), dtype=np.float64)
     for slot in range(4):
         codes = (quads >> np.uint32(4 * slot)) & np.uint32(0xF)
-        got = (out[f"p{slot // 2}"] >> np.uint32(16 * (slot % 2))) & np.uint32(0xFFFF)
+        got = slot_bits(out, slot)
         assert got.tolist() == half_bits(values[codes], "float16").tolist(), slot  # -0 included
 
 
@@ -182,7 +187,7 @@ def test_narrow_int_word_bytes(half, dtype):
     values = np.array(lowp.all_values(dtype), dtype=np.float64)
     for slot in range(slots):
         codes = (words >> np.uint32(slot * n)) & np.uint32((1 << n) - 1)
-        got = (out[f"p{slot // 2}"] >> np.uint32(16 * (slot % 2))) & np.uint32(0xFFFF)
+        got = slot_bits(out, slot)
         assert got.tolist() == half_bits(values[codes], half).tolist(), slot
 
 
@@ -266,7 +271,7 @@ def test_half_pairs_put_every_slot_in_its_place(dtype, half):
     stream_ints = [sum(int(words[j][k]) << (32 * j) for j in range(n)) for k in range(words.shape[1])]
     for slot in range(slots):
         codes = np.array([(v >> (slot * n)) & ((1 << n) - 1) for v in stream_ints])
-        got = (out[f"p{slot // 2}"] >> np.uint32(16 * (slot % 2))) & np.uint32(0xFFFF)
+        got = slot_bits(out, slot)
         want = half_bits(values[codes], half)
         nan = np.isnan(values[codes])
         got_f = got.astype(np.uint16).view(np.float16) if half == "float16" else (got << 16).view(np.float32)

@@ -38,3 +38,14 @@ def private_cache(tmp_path):
     tilus.set_cache_dir(tmp_path)
     yield
     tilus.set_cache_dir(None)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Kernel launches recorded as ``(script, args)`` instead of run (the launch path to the GPU is
+    skipped; what a library function launches, and with what, can be checked on the CPU)."""
+    import tilus_tvm.lang.script as script_module
+
+    recorded = []
+    monkeypatch.setattr(script_module, "_RUNTIME_LAUNCH", lambda script, args: recorded.append((script, args)))
+    return recorded

@@ -6,19 +6,11 @@ recorded instead of run, so this runs on the CPU."""
 import pytest
 import torch
 
+from tilus_tvm import schedules
 from tilus_tvm.lang import arguments
 from tilus_tvm.pipeline import signature
 from tilus_tvm.runtime import jit
-from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
-
-
-@pytest.fixture
-def launches(monkeypatch):
-    import tilus_tvm.lang.script as script_module
-
-    recorded = []
-    monkeypatch.setattr(script_module, "_RUNTIME_LAUNCH", lambda script, args: recorded.append((script, args)))
-    return recorded
+from tests.helpers import launches, private_cache  # noqa: F401 - fixtures (private_cache autouse)
 
 
 def check_shapes(launches):
@@ -44,18 +36,18 @@ def quantized(m):
 
 
 CASES = {
-    "softmax": lambda: __import__("tilus_tvm.schedules", fromlist=["softmax"]).softmax(half(3, 100, 1000)),
-    "layer_norm": lambda: __import__("tilus_tvm.schedules", fromlist=["x"]).layer_norm(half(5, 768), half(768),
-                                                                                      half(768), 1e-5),
-    "rms_norm": lambda: __import__("tilus_tvm.schedules", fromlist=["x"]).rms_norm(half(2, 3, 4096), half(4096), 1e-6),
-    "matmul": lambda: __import__("tilus_tvm.schedules", fromlist=["x"]).matmul(half(300, 256), half(256, 512)),
-    "matmul_split_k": lambda: __import__("tilus_tvm.schedules", fromlist=["x"]).matmul(half(8, 8192), half(8192, 256)),
-    "flash_attention": lambda: __import__("tilus_tvm.schedules", fromlist=["x"]).flash_attention(
-        half(1, 2, 100, 64), half(1, 2, 100, 64), half(1, 2, 100, 64), causal=True),
+    "softmax": lambda: schedules.softmax(half(3, 100, 1000)),
+    "layer_norm": lambda: schedules.layer_norm(half(5, 768), half(768), half(768), 1e-5),
+    "rms_norm": lambda: schedules.rms_norm(half(2, 3, 4096), half(4096), 1e-6),
+    "matmul": lambda: schedules.matmul(half(300, 256), half(256, 512)),
+    "matmul_split_k": lambda: schedules.matmul(half(8, 8192), half(8192, 256)),
+    "flash_attention": lambda: schedules.flash_attention(half(1, 2, 100, 64), half(1, 2, 100, 64),
+                                                         half(1, 2, 100, 64), causal=True),
     "quantized_matmul_split_k": lambda: quantized(3),
     "quantized_matmul_staged": lambda: quantized(100),
-    "decode_attention": lambda: __import__("tilus_tvm.schedules", fromlist=["x"]).decode_attention(
-        half(2, 4, 1, 128), half(2, 4, 1000, 128), half(2, 4, 1000, 128), torch.tensor([5, 1000], dtype=torch.int32)),
+    "decode_attention": lambda: schedules.decode_attention(half(2, 4, 1, 128), half(2, 4, 1000, 128),
+                                                           half(2, 4, 1000, 128),
+                                                           torch.tensor([5, 1000], dtype=torch.int32)),
 }
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, replace
 from tilus_tvm.schedules.quantized_matmul import (Config, QuantizedMatmul, choose_config, kernel_layouts, pack_weight,
                                                   quantize_weight, quantized_matmul)
 from tilus_tvm.schedules.quantized_weight import WeightFormat, dequantize, unit_layout
-from tests.helpers import private_cache  # noqa: F401 - autouse: a cache directory per test
+from tests.helpers import launches, private_cache  # noqa: F401 - fixtures (private_cache autouse)
 
 WEIGHT_TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "uint6b", "uint8", "int8", "int1b", "int5b", "uint7b",
                 "float8_e4m3", "float8_e5m2", "float6_e3m2", "float6_e2m3", "float4_e2m1"]
@@ -170,19 +170,15 @@ def test_serial_split_reduction_adds_the_splits_in_the_kernel(target):
     assert code.count("mma.sync.aligned.m16n8k16") >= 1
 
 
-def test_serial_split_reduction_launches_one_kernel(monkeypatch):
-    import tilus_tvm.lang.script as script_module
-
-    launched = []
-    monkeypatch.setattr(script_module, "_RUNTIME_LAUNCH", lambda script, args: launched.append((script, args)))
+def test_serial_split_reduction_launches_one_kernel(launches):
     packed = pack_weight(random_values(dtypes.uint4b, 1024, 256), "uint4b", 128)
     a, scales = torch.zeros(3, 1024, dtype=torch.float16), torch.ones(8, 256, dtype=torch.float16)
     quantized_matmul(a, packed, scales, config=Config(split_k=2, prefetch=2, split_reduce="serial"))
-    ((kernel, args),) = launched
+    ((kernel, args),) = launches
     assert kernel.hyper_parameters()["split_reduce"] == "serial" and args[-1].numel() == 1  # no SplitKSum workspace
-    launched.clear()
+    launches.clear()
     quantized_matmul(a, packed, scales, config=Config(split_k=2, prefetch=2))
-    assert [type(k).__name__ for k, _ in launched] == ["QuantizedMatmul", "SplitKSum"]
+    assert [type(k).__name__ for k, _ in launches] == ["QuantizedMatmul", "SplitKSum"]
     with pytest.raises(ScriptError, match="split_reduce='tree' must be one of 'kernel', 'serial'"):
         quantized_matmul(a, packed, scales, config=Config(split_k=2, split_reduce="tree"))
 

@@ -13,6 +13,7 @@ from tilus_tvm.schedules.norms import LayerNorm, RMSNorm
 from tilus_tvm.schedules.quantized_matmul import QuantizedMatmul
 from tilus_tvm.schedules.softmax import OnlineSoftmax, Softmax
 from tilus_tvm.tune import configure, library, space_of, tunable_of
+from tests.helpers import launches  # noqa: F401 - fixture
 
 # the modules (the package exports functions of the same names)
 attention, matmul, norms, softmax, quantized = (importlib.import_module(f"tilus_tvm.schedules.{name}")
@@ -167,19 +168,16 @@ def test_a_float_scalar_is_fixed_and_not_taken_for_a_tensor():
     assert not any(measure.is_scalar_param(p) for p in candidate.params)
 
 
-def test_quantized_matmul_tunes_the_tile_and_keeps_the_tables_split(monkeypatch):
+def test_quantized_matmul_tunes_the_tile_and_keeps_the_tables_split(monkeypatch, launches):
     """quantized_matmul(tune=True) on the CPU, launches recorded: the fake runner's fastest tile is launched
     with the split the table gives the batch, and SplitKSum after it; ~void tensors are sized for the
     runner from the call's tensors."""
     import torch
 
-    import tilus_tvm.lang.script as script_module
     import tilus_tvm.target
 
     from tests.tune.fakes import ConfigRunner, FakeBuilder
 
-    launched = []
-    monkeypatch.setattr(script_module, "_RUNTIME_LAUNCH", lambda script, args: launched.append(script))
     monkeypatch.setattr(tilus_tvm.target, "current_arch", lambda: "sm_90")
     runner = ConfigRunner(lambda c: 1e-3 * (1 + (c["warps"] != 8) + (c["block_m"] != 16) + (c["units_per_warp"] != 2)))
     configure(builder=FakeBuilder(), runner=runner, progress=False)
@@ -192,7 +190,7 @@ def test_quantized_matmul_tunes_the_tile_and_keeps_the_tables_split(monkeypatch)
     finally:
         configure()
     assert len(runner.runs) == 30
-    kernel, split_sum = launched
+    kernel, split_sum = (script for script, _ in launches)
     chosen = kernel.hyper_parameters()
     assert (chosen["warps"], chosen["units_per_warp"], chosen["block_m"]) == (8, 2, 16)
     assert chosen["split_k"] == quantized.choose_config(3, packed.format).split_k == split_sum.splits > 1

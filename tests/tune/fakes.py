@@ -98,15 +98,17 @@ def _config_of(mod) -> str:
 @derived_object
 class FakeBuilder(ms.builder.PyBuilder):
     """Builds nothing: each artifact is a file holding the candidate's configuration. ``delay``:
-    seconds each ``build`` call takes; ``calls``: the (start, end) of each call."""
+    seconds each ``build`` call takes; ``calls``: the (start, end) of each call; ``own_directory``:
+    each file in a directory of its own, named as ``measure.export_candidate`` names them."""
 
-    def __init__(self, fail=lambda config: None, delay=0.0):
+    def __init__(self, fail=lambda config: None, delay=0.0, own_directory=False):
         super().__init__()
         self.fail = fail
         self.max_workers = 4
         self.built = []
         self.delay = delay
         self.calls = []
+        self.own_directory = own_directory
 
     def build(self, build_inputs):
         return _slowed(self, self._build, build_inputs)
@@ -120,7 +122,11 @@ class FakeBuilder(ms.builder.PyBuilder):
             if error:
                 results.append(ms.builder.BuilderResult(None, error))
                 continue
-            handle, path = tempfile.mkstemp(suffix=".config")
+            if self.own_directory:
+                path = os.path.join(tempfile.mkdtemp(prefix=measure.ARTIFACT_PREFIX), "candidate.config")
+                handle = os.open(path, os.O_WRONLY | os.O_CREAT)
+            else:
+                handle, path = tempfile.mkstemp(suffix=".config")
             with os.fdopen(handle, "w") as f:
                 f.write(config_json)
             results.append(ms.builder.BuilderResult(path, None))

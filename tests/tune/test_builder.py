@@ -3,7 +3,6 @@ runner loads holds a fatbin for the target (no CUDA source left for the runner t
 candidate after another), and falls back to MetaSchedule's source export where no compiler is."""
 import pytest
 import torch
-from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from tilus_tvm.runtime.export import CudaPayload, read_library_blob
@@ -98,28 +97,6 @@ def test_runner_arguments_are_filled_once_per_workload():
     assert measure.reuse_arguments(device, small, 1) is not first  # only the last workload's are kept
 
 
-@derived_object
-class ArtifactBuilder(ms.builder.PyBuilder):
-    """Builds nothing: each artifact is the candidate's configuration in a directory of the kind
-    export_candidate makes (what ConfigRunner reads)."""
-
-    def __init__(self):
-        super().__init__()
-        self.max_workers = 4
-
-    def build(self, build_inputs):
-        import os
-        import tempfile
-
-        results = []
-        for build_input in build_inputs:
-            path = os.path.join(tempfile.mkdtemp(prefix=measure.ARTIFACT_PREFIX), "candidate.config")
-            with open(path, "w") as f:
-                f.write(str(next(iter(build_input.mod.functions.values())).attrs[measure.CONFIG_ATTR]))
-            results.append(ms.builder.BuilderResult(path, None))
-        return results
-
-
 def test_the_tuner_removes_the_artifacts_it_timed(tmp_path, monkeypatch):
     """Each artifact export_candidate writes has a directory of its own, which the tuner deletes once the
     candidate is timed; an artifact of another builder is left alone."""
@@ -127,7 +104,7 @@ def test_the_tuner_removes_the_artifacts_it_timed(tmp_path, monkeypatch):
     import tempfile
 
     import tilus_tvm as tilus
-    from tests.tune.fakes import ConfigRunner, add_one_seconds
+    from tests.tune.fakes import ConfigRunner, FakeBuilder, add_one_seconds
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     builder = measure.SerialBuilder()
@@ -141,7 +118,7 @@ def test_the_tuner_removes_the_artifacts_it_timed(tmp_path, monkeypatch):
     measure.remove_artifact(str(keep))
     assert keep.exists()
     vector = torch.empty(5000, dtype=torch.float32, device="meta")
-    result = tilus.tune(TunedAddOne(), 5000, vector, vector, target="sm_90", builder=ArtifactBuilder(),
+    result = tilus.tune(TunedAddOne(), 5000, vector, vector, target="sm_90", builder=FakeBuilder(own_directory=True),
                         runner=ConfigRunner(add_one_seconds), progress=False)
     assert result.config == {"block_n": 256, "warps": 4}
     assert not [name for name in os.listdir(tmp_path) if name.startswith(measure.ARTIFACT_PREFIX)]

@@ -6,7 +6,7 @@
     python scripts/bench_quantized.py --configs 128   # ... at 128x8192x28672 only
     python scripts/bench_quantized.py --configs 1 --types uint8,float4_e2m1   # ... for these types
     python scripts/bench_quantized.py --quick --types uint4b --tuned   # a row of quantized_matmul(tune=True) too
-    python scripts/bench_quantized.py --quick --split-reduce serial    # split-K summed in the kernel
+    python scripts/bench_quantized.py --quick --split-reduce kernel    # split-K summed by a second kernel
 
 One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 weights, then per weight
 type (group 128 scales, float16 activations): our time, the *bandwidth floor* (bytes the kernel must
@@ -16,7 +16,8 @@ over torch.matmul. The last column is a published W4A16 kernel where the GPU hos
 own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations, group 128), on the u4
 rows; the packages with Triton W4A16 kernels that were looked for (gemlite, torchao, vllm, auto_gptq) are
 reported as found or not. Every kernel is checked against a dequantise-then-matmul reference on the first
-columns before it is timed; timings are medians of CUDA-event times with L2 flushed before each call.
+columns before it is timed; timings are medians of CUDA-event times of the call captured in a CUDA graph and
+replayed (host launch time not counted), L2 flushed before each replay.
 
 Goals (issue 12): u4 g128 at 1x8192x28672 <= 46 us on an H100 (>= 85% of copy bandwidth); every width
 2-8 bits >= 80% of its floor; batch 64-256 at least torch.matmul's speed.
@@ -26,13 +27,13 @@ from dataclasses import replace
 import importlib
 import math
 import pathlib
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tilus_tvm import dtypes, lowp  # noqa: E402
+from tilus_tvm.utils import benchmark_func  # noqa: E402
 from tilus_tvm.schedules.quantized_matmul import Config, choose_config, pack_weight, quantized_matmul  # noqa: E402
 
 TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "uint6b", "uint8", "float8_e4m3", "float6_e3m2", "float4_e2m1"]
@@ -42,37 +43,34 @@ DECODE = [(1, 8192, 28672), (16, 8192, 28672),
           (1, 8192, 10240), (1, 28672, 8192)]  # 70B: fused qkv, down
 PREFILL = [(64, 8192, 28672), (128, 8192, 28672), (256, 8192, 28672), (64, 4096, 11008), (256, 4096, 11008)]
 QUICK = [(1, 8192, 28672), (16, 8192, 28672)]
-FLUSH = None
-SPLIT_REDUCE = "kernel"  # --split-reduce: how the table's split-K partial sums are added up
-
-
-def flush_l2():
-    global FLUSH
-    if FLUSH is None:
-        FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    FLUSH.zero_()
+SPLIT_REDUCE = "serial"  # --split-reduce: how the table's split-K partial sums are added up
 
 
 def timed(fn, repeat: int = 30, warmup: int = 3) -> float:
-    """Median microseconds of fn(), L2 flushed before each call."""
+    """Median microseconds of fn() on the GPU, L2 flushed before each call. fn is captured in a CUDA
+    graph (as serving stacks run decode steps) and the graph is replayed, queued ahead of the GPU
+    (``benchmark_func``): the host's time to launch the kernels is not counted, and neither is a
+    second kernel's launch from the host. Timing direct calls, each waited for, counted the host's
+    launch time whenever it outlasted the flush: 63 to 110 us for one u4 kernel, by host and run."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeat):
-        flush_l2()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except Exception as exc:  # noqa: BLE001 - report it and time the direct calls instead
+        print(f"# CUDA graph capture failed ({type(exc).__name__}: {str(exc)[:100]}); timing direct calls")
+        return benchmark_func(fn, warmup=0, repeat=repeat) * 1e3
+    return benchmark_func(graph.replay, warmup=1, repeat=repeat) * 1e3
 
 
 def copy_bandwidth() -> float:
     """Bytes per microsecond of torch.clone of 1 GiB (read + write)."""
     x = torch.empty(1 << 29, dtype=torch.float16, device="cuda")
-    return 2 * x.numel() * 2 / timed(lambda: x.clone(), repeat=10)
+    y = torch.empty_like(x)
+    # direct calls: one 2 GiB copy hides its launch, and in a CUDA graph the copy measured 20% slower
+    return 2 * x.numel() * 2 / (benchmark_func(lambda: y.copy_(x), warmup=2, repeat=10) * 1e3)
 
 
 class Weights:
@@ -129,7 +127,7 @@ def triton_packages() -> str:
 def config_text(config: Config) -> str:
     return (f"{config.warps}w {config.units_per_warp}u bm{config.block_m} s{config.split_k} p{config.prefetch}"
             + (" staged" if config.stage_activations else "")
-            + (" in-kernel sum" if config.split_k > 1 and config.split_reduce == "serial" else ""))
+            + (" +SplitKSum" if config.split_k > 1 and config.split_reduce == "kernel" else ""))
 
 
 def run_ours(w: Weights, m: int, config=None, tune: bool = False):
@@ -150,10 +148,10 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
         from tilus_tvm.tune import engine, library, tunable_of
 
         kernel = library.tuned_kernel(QuantizedMatmul, fmt=w.packed.format, dtype=dtypes.float16, zero_points=False,
-                                      split_k=chosen.split_k)
+                                      split_k=chosen.split_k, split_reduce="kernel")
         workspace = torch.empty((chosen.split_k, m, w.packed.n) if chosen.split_k > 1 else (1,), device="cuda")
         config = engine.choose(tunable_of(kernel), (m, a, w.packed.storage, w.scales, w.scales, out, workspace)).config
-        chosen = Config(**{**chosen.__dict__, **config})
+        chosen = Config(**{**chosen.__dict__, **config, "split_reduce": "kernel"})
     return timed(call), w.nbytes + a.numel() * 2 + out.numel() * 2, chosen
 
 
@@ -204,13 +202,20 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
 def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str = "uint4b"):
     """Configurations at m x k x n (group 128), fastest first. For decode batches: 1 to 8 warps of 1 to 4
     units each (a block of 16 to 512 channels: finer blocks spread a grid that is less than a wave more
-    evenly over the SMs), K split 1, 2 or 4, two k-steps of weights in flight."""
+    evenly over the SMs) and K split 1, 2 or 4, on the table's load path; then at the table's tile and
+    split, each load path: activations to registers, or staged in shared memory with two or one k-steps
+    of weights in flight."""
     w = Weights(weight_type, k, n)
     results = []
-    candidates = [Config(warps=warps, units_per_warp=units, block_m=8 if m <= 8 else 16, split_k=split, prefetch=2,
-                         split_reduce=SPLIT_REDUCE)
+    table = choose_config(m, w.packed.format, torch.cuda.get_device_properties(0).multi_processor_count)
+    table = replace(table, split_reduce=SPLIT_REDUCE)
+    candidates = [replace(table, warps=warps, units_per_warp=units, split_k=split)
                   for warps in (1, 2, 4, 8) for units in (1, 2, 4) for split in (1, 2, 4)
                   if units % w.packed.format.units == 0]
+    paths = [replace(table, stage_activations=False, stages=2, prefetch=2),
+             replace(table, stage_activations=True, stages=3, prefetch=2),
+             replace(table, stage_activations=True, stages=3, prefetch=1)]
+    candidates += [path for path in paths if path not in candidates]
     if m > 16:
         candidates = [Config(warps=warps, units_per_warp=units, block_m=block_m, stage_activations=True, stages=3,
                              scale_weights=True) for warps in (4, 8) for units in (1, 2) for block_m in (32, 64, 128)
@@ -221,7 +226,6 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
             results.append((t_ours, nbytes, config))
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"# {config}: {type(exc).__name__}: {str(exc)[:160]}")
-    table = choose_config(m, w.packed.format, torch.cuda.get_device_properties(0).multi_processor_count)
     print(f"\n{m}x{k}x{n} {weight_type} g128 (the table's choice: {config_text(table)})")
     for t_ours, nbytes, config in sorted(results, key=lambda r: r[0]):
         print(f"{t_ours:8.1f} us {nbytes / bandwidth / t_ours:6.0%} of floor  {config_text(config)}")
@@ -237,9 +241,9 @@ def main():
     parser.add_argument("--tuned", action="store_true",
                         help="a row of quantized_matmul(tune=True) under each of ours (tunes 30 configurations "
                              "a shape and type: pick few --types)")
-    parser.add_argument("--split-reduce", choices=["kernel", "serial"], default="kernel",
-                        help="split-K partial sums added by a second kernel (the default) or in the kernel, in "
-                             "split order (semaphores)")
+    parser.add_argument("--split-reduce", choices=["kernel", "serial"], default="serial",
+                        help="split-K partial sums added in the kernel, in split order (semaphores; the default), "
+                             "or by a second kernel")
     args = parser.parse_args()
     global SPLIT_REDUCE
     SPLIT_REDUCE = args.split_reduce

@@ -133,7 +133,7 @@ def test_split_k_writes_partials_and_sums_them():
     from tilus_tvm.schedules.quantized_matmul import SplitKSum
 
     fmt = WeightFormat(dtypes.uint4b, 8192, 28672, 128)
-    config = choose_config(1, fmt, multiprocessors=132)
+    config = replace(choose_config(1, fmt, multiprocessors=132), split_reduce="kernel")
     assert config.split_k == 2 and config.block_m == 8  # 224 blocks of 128 channels: fewer than 2 per SM
     assert choose_config(1, WeightFormat(dtypes.uint4b, 4096, 4096, 128), 132).split_k == 4
     assert choose_config(256, fmt, 132).split_k == 1 and choose_config(256, fmt, 132).stage_activations
@@ -177,8 +177,14 @@ def test_serial_split_reduction_launches_one_kernel(launches):
     ((kernel, args),) = launches
     assert kernel.hyper_parameters()["split_reduce"] == "serial" and args[-1].numel() == 1  # no SplitKSum workspace
     launches.clear()
-    quantized_matmul(a, packed, scales, config=Config(split_k=2, prefetch=2))
+    quantized_matmul(a, packed, scales, config=Config(split_k=2, prefetch=2, split_reduce="kernel"))
     assert [type(k).__name__ for k, _ in launches] == ["QuantizedMatmul", "SplitKSum"]
+    launches.clear()
+    packed = pack_weight(random_values(dtypes.uint4b, 4096, 256), "uint4b", 128)
+    a, scales = torch.zeros(3, 4096, dtype=torch.float16), torch.ones(32, 256, dtype=torch.float16)
+    quantized_matmul(a, packed, scales)  # the table splits K at this shape, and the kernel adds the splits up
+    ((kernel, _),) = launches
+    assert kernel.hyper_parameters()["split_k"] > 1 and kernel.hyper_parameters()["split_reduce"] == "serial"
     with pytest.raises(ScriptError, match="split_reduce='tree' must be one of 'kernel', 'serial'"):
         quantized_matmul(a, packed, scales, config=Config(split_k=2, split_reduce="tree"))
 

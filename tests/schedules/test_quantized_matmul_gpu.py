@@ -44,7 +44,7 @@ def test_every_listed_type_decode_batch(name):
 @pytest.mark.parametrize("m,k,n,group", [(1, 256, 16, 32), (5, 384, 77, 64), (16, 1024, 300, None),
                                          (9, 256, 1000, 32), (1, 4096, 512, 128)])
 def test_shapes_and_groups_u4(m, k, n, group):
-    """(1, 4096, 512): few blocks, so K is split (split_k 4) and a second kernel sums the partials."""
+    """(1, 4096, 512): few blocks, so K is split (split_k 4) and the kernel adds the splits up."""
     check("uint4b", m, k, n, group, seed=m)
 
 

@@ -28,22 +28,31 @@ With ``scale_weights=True`` the scales multiply the weights instead (one multipl
 the activations' type, but no second accumulator: the choice for large batches, whose accumulator
 fills many registers).
 
-``stage_activations=True`` (large batches) copies the activation tile into shared memory with
-``cp.async`` (``stages`` deep) and reads fragments with ``ldmatrix``, since all warps of the block
-share it; the weights still go straight to registers (each is used by one warp only).
+``stage_activations=True`` copies the activation tile into shared memory with ``cp.async``
+(``stages`` deep) and reads fragments with ``ldmatrix``, since all warps of the block share it; the
+weights still go straight to registers (each is used by one warp only). The table uses it from 9 rows
+on, and from 1 row on for 6- to 8-bit weights: it frees the registers that the activations of every
+step, loaded one step ahead, take on the other path.
+
+A step's scales (and zero points) are loaded one step ahead, like its activations: waiting for them in
+the step that used them cost fp4 weights 23% and u2 10% at 1x8192x28672.
 
 The grid is (M / block_m, N / block_n): the batch tiles of one weight tile run next to each other,
 so a weight tile read by several batch tiles comes from L2 after the first. With few blocks (decode),
-``split_k`` blocks share K (grid z). By default each writes its float32 partial sums to a workspace and
-:class:`SplitKSum`, a second kernel, adds them up. With ``split_reduce="serial"`` the kernel adds them
-itself: ``MatmulSplitK``'s ordered reduction through one semaphore a tile. That saves the second
-launch; the two have not yet been timed against each other on a GPU.
+``split_k`` blocks share K (grid z). By default (``split_reduce="serial"``) the kernel adds their
+float32 partial sums itself, in split order, through one semaphore a tile (``MatmulSplitK``'s
+reduction). With ``split_reduce="kernel"`` each split writes them to a workspace the caller passes and
+:class:`SplitKSum`, a second kernel, adds them up. On the H100 the two kernels take the same GPU
+time within noise, and the serial sum saves the second launch (5-10 us of host time outside a CUDA
+graph).
 
-``QuantizedMatmul`` carries an ``opt_in`` ``@autotune`` space of 30 configurations (the block's
+``QuantizedMatmul`` carries an ``opt_in`` ``@autotune`` space of 42 configurations (the block's
 channels as warps x units, and its batch rows with the matching load path), which holds every
 configuration of the hand table. ``quantized_matmul(..., tune=True)`` launches the tuned one; K's
 split is not tuned: it is the hand table's for the batch (:func:`choose_config`), fixed for the
-tuning, so every candidate is timed with the same split and the same :class:`SplitKSum` after it.
+tuning, so every candidate is timed with the same split. Tuned kernels add the splits up with
+:class:`SplitKSum`: MetaSchedule times kernels in destination-passing form, which cannot hold the
+semaphores of the serial reduction.
 """
 from __future__ import annotations
 
@@ -88,13 +97,13 @@ SPLIT_REDUCTIONS = ("kernel", "serial")
 
 # (warps, units_per_warp): 64 to 512 channels a block (units of 16; 2 or 4 a warp, a multiple of every
 # format's units). 8 x 4 is there for 8-bit weights: at 1x8192x28672 on the H100 it took uint8 from
-# 122 us (the table's 4 x 2) to 100 us, 80% of the bandwidth floor (split_k 2 both).
+# 122 us (the table's 4 x 2) to 100 us (split_k 2 both; timed with each call waited for, host time included).
 TUNED_CHANNELS = [(2, 2), (4, 2), (8, 2), (2, 4), (4, 4), (8, 4)]
 # (block_m, prefetch, stage_activations, stages, scale_weights): batch rows with the load path that
 # suits them -- registers with two k-steps of weights in flight for decode batches, cp.async-staged
 # activations and scaled weights for larger ones (the hand table's rows, and 32 rows unstaged)
-TUNED_ROWS = [(8, 2, False, 2, False), (16, 2, False, 2, False), (32, 2, False, 2, False), (32, 1, True, 3, True),
-              (64, 1, True, 3, True)]
+TUNED_ROWS = [(8, 2, False, 2, False), (8, 2, True, 3, False), (16, 2, True, 3, False), (16, 1, True, 3, False),
+              (32, 2, False, 2, False), (32, 1, True, 3, True), (64, 1, True, 3, True)]
 
 
 @tilus.autotune("warps, units_per_warp", TUNED_CHANNELS, bucket={"m_size": "pow2"}, opt_in=True)
@@ -105,17 +114,20 @@ class QuantizedMatmul(tilus.Script):
     ``fmt``: the :class:`WeightFormat` of the weights (``QuantizedWeight.format``); ``dtype``: the
     activations' (float16 or bfloat16); ``zero_points``: whether ``z`` is given; ``warps``,
     ``units_per_warp`` (16 channels each; a multiple of ``fmt.units``), ``block_m`` (a multiple of 8):
-    the block's tile; ``stage_activations``/``stages``: the shared-memory path for large batches;
+    the block's tile; ``stage_activations``/``stages``: the shared-memory path for the activations;
     ``scale_weights``: scales applied to the weights rather than to each group's product; ``split_k``:
-    K split over that many blocks (grid z), each writing float32 partial sums to ``ws_ptr`` [split_k, M, N]
-    for :class:`SplitKSum` (``split_reduce="kernel"``), or adding them up itself, split after split, and
-    leaving ``ws_ptr`` alone (``split_reduce="serial"``; not yet timed against the other on a GPU);
-    ``prefetch``: k-steps of weights in flight ahead of the one computed (1 or 2).
+    K split over that many blocks (grid z), adding their partial sums up themselves, split after split,
+    leaving ``ws_ptr`` alone (``split_reduce="serial"``), or each writing float32 partial sums to
+    ``ws_ptr`` [split_k, M, N] for :class:`SplitKSum` (``split_reduce="kernel"``);
+    ``prefetch``: k-steps of weights in flight ahead of the one computed (1 or 2); ``min_blocks``: blocks
+    that must fit on an SM (``__launch_bounds__``; ptxas keeps registers below ``65536 / (min_blocks * 32 *
+    warps)``, spilling if it must; 0 lets it choose).
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
                  units_per_warp: int = 2, block_m: int = 8, stage_activations: bool = False, stages: int = 2,
-                 scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "kernel"):
+                 scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "serial",
+                 min_blocks: int = 0):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -143,7 +155,9 @@ class QuantizedMatmul(tilus.Script):
         self.fmt, self.dtype, self.zero_points = fmt, dtype, bool(zero_points)
         self.warps, self.units_per_warp, self.block_m = warps, units_per_warp, block_m
         self.stage_activations, self.stages, self.scale_weights = bool(stage_activations), stages, bool(scale_weights)
-        self.split_k, self.prefetch, self.split_reduce = split_k, prefetch, split_reduce
+        if not 0 <= min_blocks <= 32:
+            raise ScriptError(f"QuantizedMatmul: min_blocks={min_blocks} must be in [0, 32] (0: no bound)")
+        self.split_k, self.prefetch, self.split_reduce, self.min_blocks = split_k, prefetch, split_reduce, min_blocks
 
     def __call__(self, m_size: int32, a_ptr: ~void, w_ptr: ~int32, s_ptr: ~void, z_ptr: ~void, out_ptr: ~void,
                  ws_ptr: ~float32):
@@ -152,6 +166,8 @@ class QuantizedMatmul(tilus.Script):
         bn = warps * self.units_per_warp * 16
         self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(fmt.n, bn), splits]
         self.attrs.warps = warps
+        if self.min_blocks:
+            self.attrs.min_blocks_per_sm = self.min_blocks
         m0: int32 = self.blockIdx.x * bm
         n0: int32 = self.blockIdx.y * bn
         granule0: int32 = self.blockIdx.y * (bn // (16 * fmt.units))
@@ -180,6 +196,16 @@ class QuantizedMatmul(tilus.Script):
                                           dims=[0, 2, 3, 4], layout=words))
         x_now = None if self.stage_activations else \
             self.load_global(ga, offsets=[m0, first * kt], shape=[bm, kt], layout=x_layout)
+        # a step's scales (and zero points) come from DRAM too: they are loaded as far ahead as its weights
+        # (waiting for them in the step that uses them stalled every step for a memory round trip)
+        grouped = not fmt.per_channel
+        s_ahead, z_ahead = [], []
+        for j in list(range(1)):
+            group = (first + j) * kt // fmt.group_size
+            if grouped:
+                s_ahead.append(self.load_global(gs, offsets=[n0, group], shape=[bn, 1]))
+            if self.zero_points:
+                z_ahead.append(self.load_global(gz, offsets=[n0, group], shape=[bn, 1]))
         for i in range(steps):
             step = first + i
             w_new = self.load_global(gw, offsets=[granule0, step + self.prefetch, 0, 0, 0], shape=list(words.shape),
@@ -194,28 +220,31 @@ class QuantizedMatmul(tilus.Script):
             else:
                 x_next = self.load_global(ga, offsets=[m0, (step + 1) * kt], shape=[bm, kt], layout=x_layout)
                 x = self.view(x_now, layout=b_layout)
+            group_new = (step + 1) * kt // fmt.group_size
+            s_new = self.load_global(gs, offsets=[n0, group_new], shape=[bn, 1]) if grouped else None
+            z_new = self.load_global(gz, offsets=[n0, group_new], shape=[bn, 1]) if self.zero_points else None
             codes = self.view(ahead[0], dtype=fmt.dtype, layout=a_layout)
             weights = self.cast(codes, dtype)
-            group = step * kt // fmt.group_size
             if self.zero_points:
-                weights = weights - self.load_global(gz, offsets=[n0, group], shape=[bn, 1])
+                weights = weights - z_ahead[0]
             if fmt.per_channel:
                 acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
             elif self.scale_weights:
-                weights = weights * self.load_global(gs, offsets=[n0, group], shape=[bn, 1])
+                weights = weights * s_ahead[0]
                 acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
             else:
                 zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
                 partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
-                scale = self.load_global(gs, offsets=[n0, group], shape=[bn, 1])
-                acc = acc + partial * scale.to(float32)
+                acc = acc + partial * s_ahead[0].to(float32)
             if self.stage_activations:
                 self.sync()  # every warp has read this stage before a later step refills it
             else:
                 x_now = x_next
-            for later in list(range(1, self.prefetch)):
-                self.assign(ahead[later - 1], ahead[later])
-            self.assign(ahead[self.prefetch - 1], w_new)
+            for queue, new in ((ahead, w_new), (s_ahead, s_new), (z_ahead, z_new)):
+                for later in list(range(1, len(queue))):
+                    self.assign(queue[later - 1], queue[later])
+                if queue:
+                    self.assign(queue[-1], new)
         if fmt.per_channel:
             acc = acc * self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32)
         if self.stage_activations:
@@ -277,13 +306,24 @@ class Config:
     scale_weights: bool = False
     split_k: int = 1
     prefetch: int = 1
-    split_reduce: str = "kernel"
+    split_reduce: str = "serial"
+    min_blocks: int = 0
 
 
-# by the largest batch they serve, first match wins; tuned with scripts/bench_quantized.py (--configs)
-CONFIGS = ((8, Config(block_m=8, prefetch=2)), (16, Config(block_m=16, prefetch=2)),
-           (48, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True)),
-           (None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True)))
+# (the largest batch served, the weight widths in bits served or None for all, the configuration): the first
+# match wins. Measured on the H100 at 8192x28672, group 128 (scripts/bench_quantized.py; A/B in one process):
+# - up to 8 rows, activations straight to registers, except for 6- to 8-bit weights, whose registers hold
+#   twice the codes: there cp.async-staged activations (ldmatrix) took int8/uint8/fp8 e4m3 from 111-114 us
+#   to 95-97 us and uint6 from 101 to 82 us, while u2/u3/fp4 ran 5-25% slower staged and u4 the same;
+# - 9 to 16 rows, staged activations for every width: u4 113 -> 63 us, u2 93 -> 60, u3 91 -> 70, fp4 97 -> 73,
+#   8-bit 133 -> 96-100; with two k-steps of weights in flight for 4-bit weights (u4 63 against 73 with one),
+#   one for the others (8-bit 96-100 against 110-113 with two).
+CONFIGS = ((8, (6, 7, 8), Config(block_m=8, prefetch=2, stage_activations=True, stages=3)),
+           (8, None, Config(block_m=8, prefetch=2)),
+           (16, (4,), Config(block_m=16, prefetch=2, stage_activations=True, stages=3)),
+           (16, None, Config(block_m=16, prefetch=1, stage_activations=True, stages=3)),
+           (48, None, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True)),
+           (None, None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True)))
 _KERNELS: dict = {}
 
 
@@ -291,7 +331,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132) -> Conf
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs:
     the table's for the batch; K is split (``split_k``) while the grid has fewer than two blocks per SM and
     every split keeps at least 8 k-steps."""
-    config = next(c for limit, c in CONFIGS if limit is None or m <= limit)
+    config = next(c for limit, widths, c in CONFIGS
+                  if (limit is None or m <= limit) and (widths is None or fmt.dtype.nbits in widths))
     units = max(config.units_per_warp, fmt.units) // fmt.units * fmt.units
     blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16))
     steps, splits = fmt.k // fmt.kt, 1
@@ -373,8 +414,11 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
         sms = _multiprocessors(a.device.index if a.device.index is not None else 0) if a.is_cuda else 132
         config = choose_config(m, fmt, sms)
     if tuned:
+        # MetaSchedule times kernels in destination-passing form, which cannot hold the semaphores of the
+        # serial reduction (a persistent workspace): tuned kernels leave the split-K sum to SplitKSum
+        config = replace(config, split_reduce="kernel")
         kernel = tuned_kernel(QuantizedMatmul, fmt=fmt, dtype=bfloat16 if a.dtype == torch.bfloat16 else float16,
-                              zero_points=zeros is not None, split_k=config.split_k)
+                              zero_points=zeros is not None, split_k=config.split_k, split_reduce=config.split_reduce)
     else:
         kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
     if not m:

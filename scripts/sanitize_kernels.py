@@ -129,20 +129,24 @@ def library_kernels(cuda):
     check("rms_norm 37x1000", rms_norm(x, w), F.rms_norm(x.float(), (1000,), w.float(), 1e-6), 2e-2)
     long_rows = torch.randn(5, 20000, dtype=torch.float16, **cuda)
     check("softmax online 5x20000", softmax(long_rows, online=True), torch.softmax(long_rows.float(), -1), 1e-3)
-    for m, n, k in ((1, 200, 384), (5, 72, 512), (70, 130, 256)):
-        codes = torch.randint(0, 16, (k, n), **cuda).float()
-        packed = pack_weight(codes, "uint4b", 128)
-        scales = torch.rand(k // 128, n, dtype=torch.float16, **cuda) / 8
+    # the table's load paths: activations to registers (u4 at 1 and 5 rows), staged through shared memory
+    # (u4 at 12 rows, uint8 at 3 rows, and the large-batch path at 70 rows)
+    for name, codes_max, m, n, k in (("uint4b", 16, 1, 200, 384), ("uint4b", 16, 5, 72, 512),
+                                      ("uint4b", 16, 12, 72, 512), ("uint8", 256, 3, 72, 512),
+                                      ("uint4b", 16, 70, 130, 256)):
+        codes = torch.randint(0, codes_max, (k, n), **cuda).float()
+        packed = pack_weight(codes, name, 128)
+        scales = torch.rand(k // 128, n, dtype=torch.float16, **cuda) / codes_max / 2
         a = torch.randn(m, k, dtype=torch.float16, **cuda)
         weight = codes.half() * scales.repeat_interleave(128, 0)
-        check(f"quantized_matmul u4 g128 {m}x{n}x{k}", quantized_matmul(a, packed, scales), a.float() @ weight.float(),
-              5e-2)
-        if m <= 8 and k // 128 % 2 == 0:  # K split in two, added up in the kernel (semaphores), launched twice
-            serial = Config(prefetch=2, split_k=2, split_reduce="serial")
-            for launch in range(2):
-                check(f"quantized_matmul u4 g128 {m}x{n}x{k} serial split-K launch {launch}",
-                      quantized_matmul(a, packed, scales, config=serial), a.float() @ weight.float(), 5e-2)
-
+        check(f"quantized_matmul {name} g128 {m}x{n}x{k}", quantized_matmul(a, packed, scales),
+              a.float() @ weight.float(), 5e-2)
+        if m <= 8 and k // 128 % 2 == 0:  # K split in two, both reductions, each launched twice
+            for reduce in ("serial", "kernel"):
+                config = Config(prefetch=2, split_k=2, split_reduce=reduce)
+                for launch in range(2):
+                    check(f"quantized_matmul {name} g128 {m}x{n}x{k} {reduce} split-K launch {launch}",
+                          quantized_matmul(a, packed, scales, config=config), a.float() @ weight.float(), 5e-2)
 
 if __name__ == "__main__":
     main()

@@ -140,3 +140,36 @@ def every_code(types, threads: int = 128, codes_per_thread: int = 8):
                 self.store_global(ge16, e16, offsets=[i, 0, 0], dims=[1, 2])
 
     return EveryCode()
+
+
+def packed_views(dtype, warps: int = 4):
+    """A packed [32, 64] tile, loaded in two layouts, through register views, cast to float32:
+    ``a`` = x[:, 16:48] of a layout holding four column chunks a thread (free: the slice is chunks 1-2
+    of every thread), ``b`` = x[:, 8:40] of a layout holding 16 consecutive columns a thread (a gather
+    through shared memory), ``c`` = x[5] (a row: a gather), ``d`` = the transpose of x (free),
+    ``e`` = x reshaped to [64, 32] (free)."""
+    from tilus_tvm.layout import local, spatial
+
+    chunked = local(1, 4).spatial(32, 4).local(1, 4)
+    runs = spatial(32, 4).local(1, 16)
+
+    class PackedViews(tilus.Script):
+        def __call__(self, x_ptr: ~dtype, a_ptr: ~float32, b_ptr: ~float32, c_ptr: ~float32, d_ptr: ~float32,
+                     e_ptr: ~float32):
+            self.attrs.blocks = 1
+            self.attrs.warps = warps
+            gx = self.global_view(x_ptr, dtype=dtype, shape=[32, 64])
+            x1 = self.load_global(gx, offsets=[0, 0], shape=[32, 64], layout=chunked)
+            x2 = self.load_global(gx, offsets=[0, 0], shape=[32, 64], layout=runs)
+            ga = self.global_view(a_ptr, dtype=float32, shape=[32, 32])
+            gb = self.global_view(b_ptr, dtype=float32, shape=[32, 32])
+            gc = self.global_view(c_ptr, dtype=float32, shape=[64])
+            gd = self.global_view(d_ptr, dtype=float32, shape=[64, 32])
+            ge = self.global_view(e_ptr, dtype=float32, shape=[64, 32])
+            self.store_global(ga, self.cast(x1[:, 16:48], float32), offsets=[0, 0])
+            self.store_global(gb, self.cast(x2[:, 8:40], float32), offsets=[0, 0])
+            self.store_global(gc, self.cast(x2[5], float32), offsets=[0])
+            self.store_global(gd, self.cast(self.transpose(x1), float32), offsets=[0, 0])
+            self.store_global(ge, self.cast(self.reshape(x2, [64, 32]), float32), offsets=[0, 0])
+
+    return PackedViews()

@@ -124,3 +124,21 @@ def test_layout_conversion_and_init_of_packed_tensors():
     rows, cols = torch.meshgrid(torch.arange(32), torch.arange(64), indexing="ij")
     want = lowp.encode((rows - cols).to(torch.float64), dtypes.int4b)  # saturated to [-8, 7]
     assert torch.equal(y.cpu(), packed(want, dtypes.int4b))
+
+
+@pytest.mark.parametrize("name", ["uint4b", "int3b", "uint2b", "float6_e3m2", "int1b", "float8_e4m3"])
+def test_slices_transposes_and_reshapes_of_packed_register_tensors(name):
+    """Register views of packed tensors move codes, not the words that hold them (a slice of a 4-bit
+    tensor used to copy whole words as if each held one code)."""
+    dtype = dtypes.as_dtype(name)
+    codes = torch.randint(0, 1 << dtype.nbits, (32 * 64,))
+    x = packed(codes, dtype).cuda()
+    if dtype.torch_name is not None:
+        x = x.view(dtype.torch_dtype)
+    values = lowp.decode(codes, dtype).to(torch.float32).reshape(32, 64)
+    outputs = [torch.full(shape, float("nan"), device="cuda") for shape in ((32, 32), (32, 32), (64,), (64, 32),
+                                                                             (64, 32))]
+    K.packed_views(dtype)(x, *outputs)
+    expected = [values[:, 16:48], values[:, 8:40], values[5], values.t(), values.reshape(64, 32)]
+    for label, got, want in zip("abcde", outputs, expected):
+        assert torch.equal(got.cpu(), want), (name, label)

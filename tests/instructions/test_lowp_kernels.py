@@ -216,3 +216,27 @@ def test_a_packed_view_writes_into_out():
                                          r"uint8\[32, 8\]")]:
         with pytest.raises(ScriptError, match=message):
             Into(case).tile_program(*args, target="sm_90")
+
+
+@pytest.mark.parametrize("name", ["uint4b", "int3b", "int1b"])
+def test_views_of_packed_register_tensors_lower(name):
+    """Slices, transposes and reshapes of packed register tensors (GPU: the values, in test_lowp_gpu) build;
+    the free ones cut codes out of words (shifts, no shared memory beyond the two gathers' scratch)."""
+    outputs = [torch.zeros(s) for s in ((32, 32), (32, 32), (64,), (64, 32), (64, 32))]
+    code = ptx_of(K.packed_views(dtypes.as_dtype(name)), tensor_for(name, 32 * 64), *outputs)
+    assert "shr.u32" in code or "shf.r" in code or "bfe.u32" in code
+
+
+def test_assigning_into_part_of_a_packed_register_tensor_is_refused():
+    from tilus_tvm.errors import CompileError
+
+    class PatchCodes(tilus.Script):
+        def __call__(self, y_ptr: ~dtypes.uint4b):
+            self.attrs.blocks = 1
+            self.attrs.warps = 1
+            x = self.register_tensor(dtype=dtypes.uint4b, shape=[32, 8], init=1)
+            x[:, 0:4] = 3
+            self.store_global(self.global_view(y_ptr, dtype=dtypes.uint4b, shape=[32, 8]), x, offsets=[0, 0])
+
+    with pytest.raises(CompileError, match="assigning into part of a packed uint4b register tensor is not supported"):
+        compiled(PatchCodes(), tensor_for("uint4b", 256))

@@ -151,10 +151,10 @@ def emit_packed_allocate(ctx: CodegenContext, inst: ir.AllocateRegister) -> None
             codes.append(u32(encode_scalar(value, out.dtype)))
         else:
             codes.append(convert(value, dtypes.as_dtype(expr_dtype(value)), out.dtype))
-    _store_codes(ctx, out, codes)
+    store_codes(ctx, out, codes)
 
 
-def _store_codes(ctx: CodegenContext, tensor, codes: list) -> None:
+def store_codes(ctx: CodegenContext, tensor, codes: list) -> None:
     """The packed ``tensor``'s words, made of one code (a uint32 expression) per slot."""
     buffer = ctx.reg(tensor)
     for index, word in enumerate(pack_words(codes, tensor.dtype.nbits)):
@@ -177,7 +177,7 @@ def emit_packed_convert_layout(ctx: CodegenContext, inst: ir.ConvertLayout) -> N
             position = row_major_linear(ctx.logical(src.layout, slot), src.shape)
             Tb.buffer_store(scratch, tirx.Cast("uint8", bits_of(words, slot * nbits, nbits)), [position])
     sync_threads()
-    _store_codes(ctx, out, [u32(scratch[row_major_linear(ctx.logical(out.layout, slot), out.shape)])
+    store_codes(ctx, out, [u32(scratch[row_major_linear(ctx.logical(out.layout, slot), out.shape)])
                             for slot in range(out.layout.local_size)])
     sync_threads()
 

@@ -8,8 +8,9 @@ register that held it (:func:`free_layout`: :func:`~tilus_tvm.layout.register_op
 one back from its output where that is possible. When the output has another layout (no free one
 exists, or a later use fixed it), the view is a gather through shared memory.
 
-Scratch: none for a free view; the input tile, row-major, otherwise. Emitter: a free view copies
-register slots (nvcc removes the copies); a free ``ViewRegister`` reads each thread's bits in the
+Scratch: none for a free view; the input tile, row-major, otherwise (packed types: a byte a code).
+Emitter: a free view copies register slots (nvcc removes the copies; packed types: codes cut out of
+the input's words and packed into the output's); a free ``ViewRegister`` reads each thread's bits in the
 output's dtype (:func:`~tilus_tvm.instructions.register_bits.copy_bits`, the emitter of the
 per-thread ``RegisterView`` too); a gather writes the input row-major to shared memory (its first
 replicas) and every thread reads the elements of its output slots back.
@@ -22,16 +23,19 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext, const, row_major_linear, shared_offset, sync_threads
-from tilus_tvm.errors import LayoutError
+from tilus_tvm.errors import CompileError, LayoutError
 from tilus_tvm.instructions.elementwise import set_layout
 from tilus_tvm.instructions.convert_layout import write_row_major
-from tilus_tvm.instructions.register_bits import copy_bits
+from tilus_tvm.instructions.packed import bits_of, u32
+from tilus_tvm.instructions.register_bits import copy_bits, store_codes, stream_words
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor
 from tilus_tvm.ir.tensor_ops import (PermuteRegister, ReshapeRegister, SliceAssignRegister, SliceRegister,
                                      TensorItemPtr, ViewRegister, element_index_map)
 from tilus_tvm.layout.register import RegisterLayout
 from tilus_tvm.layout.register_ops import local_slice, merge_local, permute, reshape, split_local
+from tilus_tvm import dtypes
+from tilus_tvm.lowp import is_packed
 
 
 # --- layout rules ----------------------------------------------------------------------------------
@@ -105,7 +109,9 @@ def is_free(inst: Any) -> bool:
 
 
 def view_scratch_bytes(inst: Any) -> int:
-    return 0 if is_free(inst) else inst.x.dtype.storage_bytes(inst.x.size)
+    if is_free(inst):
+        return 0
+    return inst.x.size if is_packed(inst.x.dtype) else inst.x.dtype.storage_bytes(inst.x.size)  # packed: a byte a code
 
 
 # --- emitters --------------------------------------------------------------------------------------
@@ -121,8 +127,16 @@ def emit_view(ctx: CodegenContext, inst: Any) -> None:
 
 
 def _emit_slot_copy(ctx: CodegenContext, inst: Any, slots: Optional[list[int]]) -> None:
-    """``out[j] = x[slots[j]]`` (``slots`` None: the identity)."""
+    """``out[j] = x[slots[j]]`` (``slots`` None: the identity). Packed tensors hold several slots in a
+    word: their codes are cut out of ``x``'s words and packed into the output's."""
     src, dst = ctx.reg(inst.x), ctx.reg(inst.output)
+    if is_packed(inst.x.dtype):
+        if slots is None:
+            copy_bits(ctx, inst.x, inst.output)
+            return
+        words, nbits = stream_words(ctx, inst.x), inst.x.dtype.nbits
+        store_codes(ctx, inst.output, [bits_of(words, slot * nbits, nbits) for slot in slots])
+        return
     if slots is None:
         if src.same_as(dst):
             return
@@ -144,6 +158,9 @@ def _gather_through_shared(ctx: CodegenContext, inst: Any) -> None:
     """Owners write ``x`` row-major to shared memory; every thread reads its output elements back."""
     x, out = inst.x, inst.output
     offset = ctx.plan.offset_of(inst)
+    if is_packed(x.dtype):  # one byte (the code) per element, as in a packed layout conversion
+        _gather_packed(ctx, inst, ctx.shared_view(offset, dtypes.uint8, x.size, f"{out.name}_gather"))
+        return
     scratch = ctx.shared_view(offset, x.dtype, x.size, f"{out.name}_gather")
     write_row_major(ctx, x, scratch)
     dst = ctx.reg(out)
@@ -155,6 +172,21 @@ def _gather_through_shared(ctx: CodegenContext, inst: Any) -> None:
         position = lambda index: row_major_linear(source(list(index)), x.shape)  # noqa: E731
     with Tb.unroll(0, out.layout.local_size) as j:
         Tb.buffer_store(dst, reader[position(ctx.logical(out.layout, j))], [j])
+    sync_threads()
+
+
+def _gather_packed(ctx: CodegenContext, inst: Any, scratch) -> None:
+    """The gather of a packed reshape, permute or slice: owners write codes, everyone packs its own."""
+    x, out = inst.x, inst.output
+    nbits, words, source = x.dtype.nbits, stream_words(ctx, x), element_index_map(inst)
+    sync_threads()
+    with ctx.guarded(ctx.owner_condition(x.layout)):
+        for slot in range(x.layout.local_size):
+            position = row_major_linear(ctx.logical(x.layout, slot), x.shape)
+            Tb.buffer_store(scratch, tirx.Cast("uint8", bits_of(words, slot * nbits, nbits)), [position])
+    sync_threads()
+    store_codes(ctx, out, [u32(scratch[row_major_linear(source(list(ctx.logical(out.layout, j))), x.shape)])
+                           for j in range(out.layout.local_size)])
     sync_threads()
 
 
@@ -183,6 +215,10 @@ def emit_slice_assign(ctx: CodegenContext, inst: SliceAssignRegister) -> None:
     every destination register inside the sub-tile takes the scalar, or the element of the source
     (written row-major to shared memory by its owners)."""
     dst, src = inst.dst, inst.src
+    if is_packed(dst.dtype):
+        raise CompileError(f"{dst.describe()}[...] = ...: assigning into part of a packed {dst.dtype.name} register "
+                           f"tensor is not supported; build the tile whole (register_tensor(init=...), cast, "
+                           f"or a view) instead")
     dst_buf = ctx.reg(dst)
     if _slice_assign_free(inst):
         src_buf = ctx.reg(src)

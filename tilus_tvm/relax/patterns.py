@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+from dataclasses import replace
 from typing import Any, Optional
 
 from tvm import relax, tirx
@@ -236,7 +237,9 @@ def rewrite_dequantize_matmul(context: DispatchContext, call: Any) -> Any:
     if a_ty.ndim < 2 or _static(_dims(a_ty)[-1]) != fmt.k:
         raise NotDispatched(f"x has shape {_shape(_dims(a_ty))}; QuantizedMatmul takes [..., K={fmt.k}] with K static")
     rows = _rows(_dims(a_ty)[:-1])
-    config = choose_config(_static(rows) or LARGE_M, fmt)
+    # R.call_tir passes every buffer, so the split-K partial sums come back as an output (the serial
+    # reduction's semaphores would need a workspace that persists between calls)
+    config = replace(choose_config(_static(rows) or LARGE_M, fmt), split_reduce="kernel")
     kernel = kernel_for(fmt, dtype, zero_points, config)
     # the kernel's tensors are flat buffers (strided views): every operand goes in as 1-D (views, no copies)
     def flat(expr: Any, name: str) -> Any:

@@ -5,9 +5,9 @@
         python scripts/profile_quantized.py --types uint4b,uint2b
 
 Each type: the weights of M x K x N (default 1 x 8192 x 28672, group 128) built, packed and checked as
-bench_quantized.py does, three warm-up calls outside the range, then one call inside it (the
-quantized kernel and, with split K, the sum kernel after it). ``--config warps,units,split`` profiles
-that configuration instead of the table's.
+bench_quantized.py does, three warm-up calls outside the range, then one call inside it (the quantized
+kernel, which adds up K's splits itself). ``--config warps,units,split`` profiles that configuration
+instead of the table's.
 """
 import argparse
 import pathlib

@@ -50,7 +50,7 @@ def test_row_kernels_tune(no_more_tuning):
 
 
 def test_quantized_matmul_tune(no_more_tuning):
-    """QuantizedMatmul's space (30 configurations, 8 warps x 4 units among them) tuned for 8-bit weights at
+    """QuantizedMatmul's space (42 configurations, 8 warps x 4 units among them) tuned for 8-bit weights at
     3 rows; 4 rows share the bucket and launch the choice."""
     import math
 

@@ -167,18 +167,25 @@ def convert_scratch_bytes(inst: ir.ConvertLayout) -> int:
 
 
 def emit_packed_convert_layout(ctx: CodegenContext, inst: ir.ConvertLayout) -> None:
-    src, out = inst.x, inst.output
-    nbits = src.dtype.nbits
-    scratch = ctx.shared_view(ctx.plan.offset_of(inst), dtypes.uint8, src.size, f"{out.name}_scratch")
-    words = stream_words(ctx, src)
+    scratch = ctx.shared_view(ctx.plan.offset_of(inst), dtypes.uint8, inst.x.size, f"{inst.output.name}_scratch")
+    gather_codes(ctx, inst.x, inst.output, scratch)
+
+
+def gather_codes(ctx: CodegenContext, src, out, scratch, source=None) -> None:
+    """``out``'s packed codes through ``scratch`` (shared, a byte a code of ``src``): the owners of ``src``'s
+    elements write their codes at row-major positions, then every thread packs the codes of its ``out``
+    slots, each read where the ``src`` element it shows lies (``source``: an ``out`` index to that ``src``
+    index; None: the same index). Between barriers: the scratch may overlap memory others still read."""
+    nbits, words = src.dtype.nbits, stream_words(ctx, src)
     sync_threads()
     with ctx.guarded(ctx.owner_condition(src.layout)):
         for slot in range(src.layout.local_size):
             position = row_major_linear(ctx.logical(src.layout, slot), src.shape)
             Tb.buffer_store(scratch, tirx.Cast("uint8", bits_of(words, slot * nbits, nbits)), [position])
     sync_threads()
-    store_codes(ctx, out, [u32(scratch[row_major_linear(ctx.logical(out.layout, slot), out.shape)])
-                            for slot in range(out.layout.local_size)])
+    where = (lambda index: list(index)) if source is None else (lambda index: source(list(index)))
+    store_codes(ctx, out, [u32(scratch[row_major_linear(where(ctx.logical(out.layout, slot)), src.shape)])
+                           for slot in range(out.layout.local_size)])
     sync_threads()
 
 

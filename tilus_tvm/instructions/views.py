@@ -26,8 +26,8 @@ from tilus_tvm.backend.context import CodegenContext, const, row_major_linear, s
 from tilus_tvm.errors import CompileError, LayoutError
 from tilus_tvm.instructions.elementwise import set_layout
 from tilus_tvm.instructions.convert_layout import write_row_major
-from tilus_tvm.instructions.packed import bits_of, u32
-from tilus_tvm.instructions.register_bits import copy_bits, store_codes, stream_words
+from tilus_tvm.instructions.packed import bits_of
+from tilus_tvm.instructions.register_bits import copy_bits, gather_codes, store_codes, stream_words
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor
 from tilus_tvm.ir.tensor_ops import (PermuteRegister, ReshapeRegister, SliceAssignRegister, SliceRegister,
@@ -159,7 +159,8 @@ def _gather_through_shared(ctx: CodegenContext, inst: Any) -> None:
     x, out = inst.x, inst.output
     offset = ctx.plan.offset_of(inst)
     if is_packed(x.dtype):  # one byte (the code) per element, as in a packed layout conversion
-        _gather_packed(ctx, inst, ctx.shared_view(offset, dtypes.uint8, x.size, f"{out.name}_gather"))
+        gather_codes(ctx, x, out, ctx.shared_view(offset, dtypes.uint8, x.size, f"{out.name}_gather"),
+                     element_index_map(inst))
         return
     scratch = ctx.shared_view(offset, x.dtype, x.size, f"{out.name}_gather")
     write_row_major(ctx, x, scratch)
@@ -172,21 +173,6 @@ def _gather_through_shared(ctx: CodegenContext, inst: Any) -> None:
         position = lambda index: row_major_linear(source(list(index)), x.shape)  # noqa: E731
     with Tb.unroll(0, out.layout.local_size) as j:
         Tb.buffer_store(dst, reader[position(ctx.logical(out.layout, j))], [j])
-    sync_threads()
-
-
-def _gather_packed(ctx: CodegenContext, inst: Any, scratch) -> None:
-    """The gather of a packed reshape, permute or slice: owners write codes, everyone packs its own."""
-    x, out = inst.x, inst.output
-    nbits, words, source = x.dtype.nbits, stream_words(ctx, x), element_index_map(inst)
-    sync_threads()
-    with ctx.guarded(ctx.owner_condition(x.layout)):
-        for slot in range(x.layout.local_size):
-            position = row_major_linear(ctx.logical(x.layout, slot), x.shape)
-            Tb.buffer_store(scratch, tirx.Cast("uint8", bits_of(words, slot * nbits, nbits)), [position])
-    sync_threads()
-    store_codes(ctx, out, [u32(scratch[row_major_linear(source(list(ctx.logical(out.layout, j))), x.shape)])
-                           for j in range(out.layout.local_size)])
     sync_threads()
 
 

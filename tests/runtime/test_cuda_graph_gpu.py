@@ -43,7 +43,8 @@ def test_matmul_replays(m, n, k, splits):
         fresh = [torch.randn(m, k, device="cuda").half(), torch.randn(k, n, device="cuda").half()]
         out.fill_(float("nan"))
         replay_with(graph, [a, b], fresh)
-        torch.testing.assert_close(out.float(), fresh[0].float() @ fresh[1].float(), rtol=2e-2, atol=2e-2 * math.sqrt(k),
+        expected = fresh[0].float() @ fresh[1].float()
+        torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2 * math.sqrt(k),
                                    msg=lambda text: f"replay {seed}: {text}")
 
 

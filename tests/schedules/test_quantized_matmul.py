@@ -232,6 +232,8 @@ def test_bad_input_is_refused_before_launch():
         QuantizedMatmul(fmt, units_per_warp=2, split_k=3)
     with pytest.raises(ScriptError, match="prefetch=3 must be 1 or 2"):
         QuantizedMatmul(fmt, units_per_warp=2, prefetch=3)
+    with pytest.raises(ScriptError, match=r"min_blocks=33 must be in \[0, 32\]"):
+        QuantizedMatmul(fmt, units_per_warp=2, min_blocks=33)
     with pytest.raises(LaunchError, match="config must be a tilus_tvm.schedules.quantized_matmul.Config"):
         quantized_matmul(a, packed, scales, config=(4, 2, 8))
 

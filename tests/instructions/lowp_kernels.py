@@ -18,6 +18,23 @@ def cast_copy(src_dtype, dst_dtype, rows: int, cols: int, warps: int = 4, layout
     return CastCopy()
 
 
+def reordered_cast(src_dtype, dst_dtype, src_layout, dst_layout, warps: int = 4):
+    """y = cast(x) for one tile of src_layout's shape, loaded in ``src_layout`` and converted into
+    ``dst_layout`` (the same threads' elements in another register order: cast(..., layout=))."""
+    rows, cols = src_layout.shape
+
+    class ReorderedCast(tilus.Script):
+        def __call__(self, x_ptr: ~src_dtype, y_ptr: ~dst_dtype):
+            self.attrs.blocks = 1
+            self.attrs.warps = warps
+            gx = self.global_view(x_ptr, dtype=src_dtype, shape=[rows, cols])
+            gy = self.global_view(y_ptr, dtype=dst_dtype, shape=[rows, cols])
+            x = self.load_global(gx, offsets=[0, 0], shape=[rows, cols], layout=src_layout)
+            self.store_global(gy, self.cast(x, dst_dtype, layout=dst_layout), offsets=[0, 0])
+
+    return ReorderedCast()
+
+
 def shared_round_trip(dtype, rows: int, cols: int, warps: int = 4):
     """y = x through a shared tensor of ``dtype`` (stored by one layout, loaded with its transpose's)."""
 

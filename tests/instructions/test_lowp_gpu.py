@@ -97,6 +97,38 @@ def test_u4_to_f16_and_back_on_ragged_tiles():
     assert torch.equal(z.cpu(), packed(lowp.encode(values, dtypes.uint4b), dtypes.uint4b))
 
 
+REORDERED = [("uint4b", "float16", True), ("int4b", "float16", True), ("int4b", "bfloat16", True),
+             ("uint2b", "bfloat16", True), ("int2b", "float16", True), ("uint1b", "float16", True),
+             ("int1b", "bfloat16", True), ("uint3b", "float32", False), ("float16", "float32", False),
+             ("float6_e2m3", "float16", False), ("uint4b", "uint4b", False)]
+
+
+@pytest.mark.parametrize("src,dst,interleaved", REORDERED, ids=[f"{a}-{b}" for a, b, _ in REORDERED])
+def test_cast_into_another_register_order(src, dst, interleaved):
+    """cast(x, dtype, layout=) with x's registers in another order: interleaved words of 1-, 2- and 4-bit
+    integers (the lop3 path), and other reorderings (element by element); every element in place."""
+    from tilus_tvm.layout import interleave_local, spatial
+
+    source, target = dtypes.as_dtype(src), dtypes.as_dtype(dst)
+    plain = spatial(32, 4).local(1, 32)
+    src_layout, dst_layout = (interleave_local(plain, 32 // source.nbits), plain) if interleaved else \
+        (plain, interleave_local(plain, 4))
+    if lowp.is_packed(source):
+        codes = torch.randint(0, 1 << source.nbits, (32 * 128,))
+        x, values = packed(codes, source).cuda(), lowp.decode(codes, source).reshape(32, 128)
+    else:
+        values = torch.randn(32, 128).to(source.torch_dtype)
+        x = values.cuda()
+    if lowp.is_packed(target):
+        y = torch.full((target.storage_bytes(32 * 128),), 0xFF, dtype=torch.uint8, device="cuda")
+        K.reordered_cast(source, target, src_layout, dst_layout)(x, y)
+        assert torch.equal(y.cpu(), x.cpu())
+        return
+    y = torch.full((32, 128), -12345.0, dtype=target.torch_dtype, device="cuda")
+    K.reordered_cast(source, target, src_layout, dst_layout)(x, y)
+    assert torch.equal(y.cpu(), values.to(target.torch_dtype)), (src, dst)
+
+
 @pytest.mark.parametrize("name", ["uint4b", "float6_e3m2"])
 def test_shared_round_trip(name):
     dtype = dtypes.as_dtype(name)

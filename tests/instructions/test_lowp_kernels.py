@@ -82,6 +82,45 @@ def test_one_and_two_bit_integers_convert_a_word_at_a_time(src, dst, rows):
     assert ptx.count(fma) == pairs and ptx.count("prmt.b32") >= pairs
 
 
+def mma_words_layout():
+    """[32, 128] over 4 warps, 32 consecutive codes of a row a thread (whole words of 1-, 2- and 4-bit codes)."""
+    from tilus_tvm.layout import spatial
+
+    return spatial(32, 4).local(1, 32)
+
+
+@pytest.mark.parametrize("src,dst", [("uint4b", "float16"), ("int4b", "bfloat16"), ("uint2b", "float16"),
+                                     ("int1b", "bfloat16")])
+def test_interleaved_words_cast_by_one_mask_a_pair(src, dst):
+    """Codes stored interleaved (interleave_local) cast into the plain order: one lop3 and one paired fma
+    per two codes, no prmt, no shared memory (the registers are renamed, not converted)."""
+    from tilus_tvm.layout import interleave_local
+
+    n = dtypes.as_dtype(src).nbits
+    plain = mma_words_layout()
+    kernel = K.reordered_cast(dtypes.as_dtype(src), dtypes.as_dtype(dst), interleave_local(plain, 32 // n), plain)
+    source = compiled(kernel, tensor_for(src, 32 * 128), tensor_for(dst, 32 * 128)).cuda_source
+    assert "__shared__" not in source and "tilus_prmt(" not in source
+    ptx = ptx_of(kernel, tensor_for(src, 32 * 128), tensor_for(dst, 32 * 128))
+    fma = "fma.rn.f16x2" if dst == "float16" else "fma.rn.bf16x2"
+    assert ptx.count(fma) == 16 and ptx.count("lop3.b32") >= 16
+
+
+def test_cast_into_another_register_order_of_the_same_threads_is_free_and_checked():
+    """Any reordering of a thread's registers is a renaming (element by element when no fast path fits);
+    a layout of other threads is refused where the cast is written."""
+    from tilus_tvm.layout import interleave_local, spatial
+
+    plain = mma_words_layout()
+    kernel = K.reordered_cast(dtypes.uint3b, dtypes.float32, plain, interleave_local(plain, 4))
+    source = compiled(kernel, tensor_for("uint3b", 32 * 128), tensor_for("float32", 32 * 128)).cuda_source
+    assert "__shared__" not in source
+    other_threads = spatial(4, 32).local(8, 4)
+    with pytest.raises(ScriptError, match="does not give each thread the elements"):
+        K.reordered_cast(dtypes.float16, dtypes.float32, plain, other_threads).tile_program(
+            tensor_for("float16", 32 * 128), tensor_for("float32", 32 * 128))
+
+
 def test_e2m1_to_f16_is_a_prmt_lookup():
     kernel = K.cast_copy(dtypes.float4_e2m1, dtypes.float16, rows=32, cols=64)
     ptx = ptx_of(kernel, 100, tensor_for("float4_e2m1", 6400), tensor_for("float16", 6400))

@@ -563,3 +563,49 @@ def test_split_local_keeps_the_bits_in_place_and_merge_undoes_it(layout, factor)
             narrow = list(index[:-1]) + [index[-1] * factor + t]
             assert split.holders(*narrow) == [(thread, slot * factor + t) for thread, slot in layout.holders(*index)]
     assert merge_local(split, factor) == layout
+
+
+# ---- register order: interleave_local, slot_permutation -----------------------------------------
+@PROPERTY
+@given(register_layouts())
+def test_interleave_local_reorders_each_threads_registers_in_runs(layout):
+    from tilus_tvm.layout import interleave_local, slot_permutation
+
+    runs = [r for r in (2, 4, 8) if layout.local_size % r == 0]
+    for run in runs:
+        try:
+            result = interleave_local(layout, run)
+        except LayoutError:  # a run that is not a suffix of the register digits
+            continue
+        half = run // 2
+        for thread in range(layout.num_threads):
+            for slot in range(layout.local_size):
+                first, inner = slot - slot % run, slot % run
+                moved = first + inner % 2 * half + inner // 2
+                assert result.logical(thread, moved) == layout.logical(thread, slot)
+        order = slot_permutation(result, layout)
+        assert order == tuple(s - s % run + s % run % 2 * half + s % run // 2 for s in range(layout.local_size))
+        assert slot_permutation(layout, layout) == tuple(range(layout.local_size))
+
+
+def test_interleave_local_of_an_mma_fragment_and_its_errors():
+    from tilus_tvm.layout import interleave_local
+    from tilus_tvm.layout.atoms import mma_a_layout
+
+    a = mma_a_layout(16, 16)  # a lane's 8 slots: (col half, row half, col pair)
+    codes = interleave_local(a, 8)
+    assert [codes.logical(0, s) for s in range(8)] == [(0, 0), (8, 0), (0, 8), (8, 8), (0, 1), (8, 1), (0, 9),
+                                                       (8, 9)]
+    with pytest.raises(LayoutError, match="run must be a positive even int"):
+        interleave_local(a, 3)
+    with pytest.raises(LayoutError, match="do not split into runs of 16"):
+        interleave_local(a, 16)
+
+
+def test_slot_permutation_refuses_layouts_that_move_elements_between_threads():
+    from tilus_tvm.layout import slot_permutation
+
+    assert slot_permutation(spatial(4).local(2), local(2).spatial(4)) is None  # other threads
+    assert slot_permutation(spatial(4, 2), spatial(4).local(2)) is None  # other thread counts
+    assert slot_permutation(local(2, 2), column_local(2, 2)) == (0, 2, 1, 3)
+    assert slot_permutation(spatial(2, 1).local(2, 2), spatial(2, 1).column_local(2, 2)) == (0, 2, 1, 3)

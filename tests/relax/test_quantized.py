@@ -14,7 +14,7 @@ from tilus_tvm.errors import RelaxError
 from tilus_tvm.relax.patterns import PATTERNS
 from tilus_tvm.relax.quantized import (QuantizedLinear, code_position, dequantize_te, format_attrs, linear_params,
                                        weight_format)
-from tilus_tvm.schedules.quantized_weight import _lane_table, dequantize, quantize_weight
+from tilus_tvm.schedules.quantized_weight import dequantize, pack_weight, quantize_weight
 
 
 def export(layer, batch, k, dtype="float16"):
@@ -28,19 +28,22 @@ def run_on(device, executable, x, values, specs):
     return torch.from_numpy(vm["forward"](*args).numpy())
 
 
+@pytest.mark.parametrize("name", ["uint4b", "uint2b", "uint3b", "int1b", "uint8"])
 @pytest.mark.parametrize("k, n, group", [(256, 96, 128), (128, 48, 32), (512, 40, 64), (64, 32, 64)])
-def test_code_position_is_the_packing_of_pack_weight(k, n, group):
-    fmt = weight_format("uint4b", k, n, group)
-    unit, row, col = _lane_table(fmt.kt, fmt.units)
-    seen = {}
-    for lane in range(32):
-        for slot, (u, r, c) in enumerate(zip(unit[lane], row[lane], col[lane])):
-            seen[(u * 16 + r, c)] = (lane, slot)
-    for (n_in_granule, c), (lane, slot) in seen.items():
-        for step in range(fmt.k // fmt.kt):
-            granule = 1 if fmt.granules > 1 else 0
-            position = code_position(fmt, step * fmt.kt + c, granule * 16 * fmt.units + n_in_granule)
-            assert position == (granule, step, lane, slot)
+def test_code_position_is_the_packing_of_pack_weight(name, k, n, group):
+    """The code of w[k, n] read from pack_weight's storage where code_position says it is (interleaved
+    formats included), for every k and n."""
+    from tilus_tvm import lowp
+
+    fmt = weight_format(name, k, n, group)
+    codes = torch.randint(0, 1 << fmt.dtype.nbits, (k, n))
+    storage = pack_weight(lowp.decode(codes, fmt.dtype).float(), name, group).storage
+    lanes = storage.permute(0, 1, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]: a lane's bytes
+    stream = lowp.unpack_codes(lanes.reshape(-1).view(torch.uint8), fmt.dtype.nbits, lanes.numel() * 32 //
+                               fmt.dtype.nbits).reshape(fmt.granules, k // fmt.kt, 32, -1)
+    kk, nn_ = torch.meshgrid(torch.arange(k), torch.arange(n), indexing="ij")
+    granule, step, lane, slot = code_position(fmt, kk, nn_)
+    assert torch.equal(stream[granule, step, lane, slot].to(torch.int64), codes)
 
 
 @pytest.mark.parametrize("weight_dtype, group, zero_points", [("uint4b", 128, False), ("int4b", 32, True),

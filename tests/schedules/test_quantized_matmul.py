@@ -110,7 +110,8 @@ def test_decode_kernel_streams_weights_into_registers(target):
     assert "convert_layout" not in program and "shared_tensor" not in program
     code = ptx(compiled, target)
     assert re.search(r"ld\.global\.nc\.v4\.u32", code)  # 16-byte weight vectors
-    assert "prmt.b32" in code and "lop3.b32" in code and "fma.rn.f16x2" in code
+    assert "lop3.b32" in code and "fma.rn.f16x2" in code  # interleaved u4 words: one mask and one fma a pair
+    assert "tilus_prmt(" not in compiled.cuda_source
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in code
     assert "bar.sync" not in code  # nothing shared between warps
 

@@ -1,7 +1,8 @@
 """``Cast``: convert every element of a register tensor to another type of the table.
 
-Layout rule: the output has the input's layout (both ways, as for the elementwise instructions). No
-scratch memory. The conversion rules are :mod:`tilus_tvm.lowp`'s (see :mod:`cast_rules`):
+Layout rule: the output has the input's layout (both ways, as for the elementwise instructions), or
+one that gives every thread the same elements in another register order (``cast(x, dtype, layout=)``,
+or an ``out`` of such a layout): the emitter renames the registers, for free. No scratch memory. The conversion rules are :mod:`tilus_tvm.lowp`'s (see :mod:`cast_rules`):
 
 - into a type of at most 8 bits (``int8``, ``uint8`` and the packed types): round to nearest, ties
   to even; saturate at the largest finite value (infinities too); NaN to the type's NaN code
@@ -32,10 +33,16 @@ tensor stay in registers). Fast paths, two slots at a time, into ``float16``/``b
   32-bit floats with ``cvt`` (``cvt.rn.f16x2.e4m3x2``, ``cvt.rn.satfinite.e4m3x2.f32``).
 
 Everything else goes one element at a time through :mod:`cast_rules`' decode and encode.
+
+Into a layout of another register order, 1-, 2- and 4-bit integers whose words hold each pair of output
+slots at the same place of their two 16-bit halves (the input in
+:func:`~tilus_tvm.layout.register_ops.interleave_local` order of the output's words) take one ``lop3`` and
+one paired fma a pair (:func:`cast_rules.interleaved_int_word`); other reorderings go one element at a time.
 """
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Optional
 
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
@@ -47,6 +54,8 @@ from tilus_tvm.instructions.elementwise import propagate_same
 from tilus_tvm.instructions.packed import bits_of, pack_words, u32
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
+from tilus_tvm.layout.register import RegisterLayout
+from tilus_tvm.layout.register_ops import slot_permutation
 from tilus_tvm.lowp import float_family, is_low_precision, is_packed
 
 HALVES = ("float16", "bfloat16")
@@ -125,10 +134,26 @@ def follows_lowp(source: DataType, target: DataType) -> bool:
     return is_packed(source) or is_packed(target) or (is_low_precision(target) and source != target)
 
 
+@functools.lru_cache(maxsize=None)
+def register_order(src: RegisterLayout, dst: RegisterLayout) -> Optional[tuple[int, ...]]:
+    """The slot permutation from ``src`` to ``dst`` (:func:`slot_permutation`; cached: every cast asks)."""
+    return slot_permutation(src, dst)
+
+
+def required_operands(inst: ir.Cast) -> list:
+    """x in the output's layout, unless the two differ by register order only (the emitter renames)."""
+    src, out = inst.x.layout, inst.output.layout
+    if src is not None and out is not None and src != out and register_order(src, out) is not None:
+        return []
+    return [(inst.x, out)]
+
+
 def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) -> None:
     out, src = inst.output, inst.x
     source, target = src.dtype, out.dtype
     src_buf, dst_buf = ctx.reg(src), ctx.reg(out)
+    if src.layout != out.layout:
+        return _emit_reordering_cast(src_buf, dst_buf, source, target, register_order(src.layout, out.layout))
     if source == target:  # bit for bit (a decode and encode would make every NaN code the canonical one)
         for i in range(int(dst_buf.shape[0])):
             Tb.buffer_store(dst_buf, src_buf[i], [i])
@@ -163,6 +188,46 @@ def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) ->
         return
     for slot in range(done, slots):
         Tb.buffer_store(dst_buf, convert(inputs[slot], source, target), [slot])
+
+
+def _emit_reordering_cast(src_buf, dst_buf, source: DataType, target: DataType, order: tuple[int, ...]) -> None:
+    """Output slot ``j`` is input slot ``order[j]`` converted: interleaved words of 1-, 2- and 4-bit
+    integers into float16/bfloat16 by :func:`cast_rules.interleaved_int_word`, anything else one element
+    at a time."""
+    slots = len(order)
+    if is_packed(source):
+        words = [src_buf[i] for i in range(int(src_buf.shape[0]))]
+        if target.name in HALVES and is_interleaved_order(order, source):
+            per_word = 32 // source.nbits
+            for w, word in enumerate(words):
+                for i, bits in enumerate(rules.interleaved_int_word(PtxOps(), word, source, target.name)):
+                    Tb.buffer_store(dst_buf, tirx.reinterpret(f"{target.name}x2", bits),
+                                    [tirx.Ramp(w * per_word + 2 * i, 1, 2)])
+            return
+        inputs = [bits_of(words, slot * source.nbits, source.nbits) for slot in range(slots)]
+    else:
+        inputs = [src_buf[i] for i in range(slots)]
+    values = [inputs[order[j]] for j in range(slots)]
+    if source == target:  # bit for bit (codes of a packed type)
+        results = values
+    elif follows_lowp(source, target):
+        results = [convert(value, source, target) for value in values]
+    else:
+        results = [tirx.Cast(target.tvm_name or target.name, value) for value in values]
+    if is_packed(target):
+        results = pack_words(results, target.nbits)
+    for index, value in enumerate(results):
+        Tb.buffer_store(dst_buf, value, [index])
+
+
+def is_interleaved_order(order: tuple[int, ...], source: DataType) -> bool:
+    """Whether ``order`` takes each output pair ``(2i, 2i + 1)`` of a word's slots from its fields ``i`` and
+    ``i + 16 / n`` (``interleave_local(out_layout, 32 / n)``), for a 1-, 2- or 4-bit integer ``source``."""
+    if not source.is_integer or source.nbits not in (1, 2, 4):
+        return False
+    per_word, half = 32 // source.nbits, 16 // source.nbits
+    return len(order) % per_word == 0 and all(
+        order[j] == j - j % per_word + (j % per_word) // 2 + (j % 2) * half for j in range(len(order)))
 
 
 def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_fp8: bool) -> int:
@@ -257,10 +322,9 @@ def convert(value: Any, source: DataType, target: DataType):
 
 def _register() -> None:
     propagate = lambda inst: propagate_same(inst.output, inst.x)  # noqa: E731
-    required = lambda inst: [(inst.x, inst.output.layout)]  # noqa: E731
-    register(ir.Cast, "sm_80", emit=emit_cast, propagate=propagate, required=required)
+    register(ir.Cast, "sm_80", emit=emit_cast, propagate=propagate, required=required_operands)
     register(ir.Cast, "sm_89", emit=lambda ctx, inst: emit_cast(ctx, inst, hardware_fp8=True),
-             propagate=propagate, required=required)
+             propagate=propagate, required=required_operands)
 
 
 _register()

@@ -302,6 +302,40 @@ def narrow_int_word(ops: Any, word: Any, dtype: DataType, half: str) -> list:
     return pairs
 
 
+def interleaved_int_word(ops: Any, word: Any, dtype: DataType, half: str) -> list:
+    """The 16-bit float pairs of the ``32 / n`` integer codes of ``n`` = 1, 2 or 4 bits in ``word``, stored
+    *interleaved*: pair ``i`` holds the codes of fields ``i`` and ``i + 16 / n`` (field ``f`` at bits
+    ``[f*n, (f+1)*n)``), which sit at the same place ``p`` of the word's two 16-bit halves.
+
+    One ``lop3`` keeps such a pair in both halves and ors in the magic pattern (signed codes: xors in the
+    pattern and their sign bits), giving lanes ``M + c * 2**p``; one paired fma by ``2**-p`` and
+    ``-M * 2**-p`` (minus the signed offset) ends it. A place that would reach the exponent field
+    (``p + n`` above the mantissa's bits) is taken from the word shifted right, one shift serving every
+    code that then fits: ``uint4b`` -> float16 is 1 shift, 4 ``lop3`` and 4 fma for 8 codes, where
+    :func:`int4_pair` takes 12, and ``uint2b`` 17 for 16 codes, where :func:`narrow_int_word` takes 27."""
+    n = dtype.nbits
+    if not dtype.is_integer or n not in (1, 2, 4):
+        raise ValueError(f"interleaved_int_word: {dtype.name} is not a 1-, 2- or 4-bit integer type")
+    pattern, magic, mantissa_bits = HALF_MAGIC[half]
+    both = 0x00010001  # a 16-bit constant in both halves
+    sign = 1 << (n - 1) if dtype.signed else 0
+    pairs, shift, source = [], 0, word
+    for i in range(16 // n):
+        if i * n - shift + n > mantissa_bits:  # this code would reach the exponent: shift it to bit 0
+            shift = i * n
+            source = ops.bind(word >> u32(shift))
+        place = i * n - shift
+        mask = u32((low_mask(n) << place) * both)
+        if sign:
+            bits = ops.lop3(source, mask, u32((pattern ^ sign << place) * both), LOP3_AND_XOR)
+        else:
+            bits = ops.lop3(source, mask, u32(pattern * both), LOP3_AND_OR)
+        scale = math.ldexp(1.0, -place)
+        offset = -magic * scale - sign
+        pairs.append(ops.fma2(bits, (scale, scale), (offset, offset), half))
+    return pairs
+
+
 def byte_pair(ops: Any, word: Any, pair: int, signed: bool):
     """The two float16 of the 8-bit integers in bytes ``2 * pair`` and ``2 * pair + 1`` of ``word``
     (``int8`` codes are two's complement): one ``prmt`` puts each byte under the magic pattern's

@@ -25,9 +25,11 @@ from tilus_tvm.layout.register_ops import (
     concat,
     divide,
     flatten,
+    interleave_local,
     permute,
     reduce,
     reshape,
+    slot_permutation,
     squeeze,
     unsqueeze,
 )

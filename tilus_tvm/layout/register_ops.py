@@ -11,6 +11,9 @@ pairs and returns a new :class:`RegisterLayout` in canonical form:
 - :func:`local_slice` keeps a sub-tile held in a subset of each thread's registers;
   :func:`split_local` / :func:`merge_local` relate the layouts of a tile viewed with a narrower or
   wider element type (same bits in the same registers);
+- :func:`interleave_local` reorders each thread's registers in runs (same holders threads, new
+  slots), and :func:`slot_permutation` tells whether two layouts differ only so (a per-thread
+  renaming of registers, which ``cast`` does for free);
 - :func:`auto_local_spatial` builds a ``local(...).spatial(...)`` layout for a thread count.
 
 Operations that must cut a mode in two (``reshape``, ``divide``) work on :class:`_Modes`, a
@@ -461,6 +464,56 @@ def merge_local(layout: RegisterLayout, factor: int) -> RegisterLayout:
     mode_shape[inner] //= factor
     return RegisterLayout(layout.shape[:-1] + (layout.shape[-1] // factor,), mode_shape, layout.spatial_modes,
                           layout.local_modes)
+
+
+# ---- register order -----------------------------------------------------------------------------
+def interleave_local(layout: RegisterLayout, run: int) -> RegisterLayout:
+    """The same elements in the same threads, each run of ``run`` consecutive registers reordered to
+    hold the run's even slots first, then its odd ones: slot ``r * run + 2 * h + b`` of ``layout`` is
+    slot ``r * run + b * run / 2 + h`` of the result. A run of the 8 ``uint4b`` codes of a 32-bit word
+    then holds elements 0, 2, 4, 6 in its low 16 bits and 1, 3, 5, 7 in the high ones, at the same
+    places: one mask takes a pair of them into the two halves of a ``float16x2``
+    (:func:`~tilus_tvm.instructions.cast_rules.interleaved_int_word`).
+
+    >>> interleave_local(spatial(2).local(8), 8)
+    RegisterLayout(shape=[16], mode_shape=[2, 4, 2], spatial_modes=[0], local_modes=[2, 1])
+    """
+    _check_layout(layout, "interleave_local")
+    if isinstance(run, bool) or not isinstance(run, int) or run < 2 or run % 2:
+        raise LayoutError(f"interleave_local: run must be a positive even int, got {run!r}")
+    modes = _Modes(layout)
+    if layout.local_size % run or not (modes.cut(modes.local, run) and modes.cut(modes.local, 2)):
+        raise LayoutError(f"interleave_local: the {layout.local_size} registers of {layout} do not split into "
+                          f"runs of {run} made of register pairs (a run must be a suffix of its register digits)")
+    outer, inner = modes.take_suffix(modes.local, run)
+    head, pair = modes.take_suffix(inner, 2)
+    return modes.to_layout(layout.shape, modes.groups, modes.spatial, outer + pair + head)
+
+
+def slot_permutation(src: RegisterLayout, dst: RegisterLayout) -> tuple[int, ...] | None:
+    """``perm`` with ``dst``'s slot ``j`` holding, in every thread, the element of ``src``'s slot
+    ``perm[j]`` -- the two layouts give every thread the same elements, in another register order --
+    or None when they do not (an element moves between threads, or the order differs by thread).
+
+    >>> slot_permutation(spatial(2).local(4), interleave_local(spatial(2).local(4), 4))
+    (0, 2, 1, 3)
+    """
+    import numpy as np
+
+    _check_layout(src, "slot_permutation", "src")
+    _check_layout(dst, "slot_permutation", "dst")
+    if (src.shape != dst.shape or src.num_threads != dst.num_threads or src.local_size != dst.local_size
+            or src.num_replicas != dst.num_replicas):
+        return None
+    threads = np.arange(dst.num_threads)[:, None]
+    index = dst.logical(threads, np.arange(dst.local_size)[None, :])  # [threads, slots] per dimension
+    slots = np.broadcast_to(np.asarray(src.local_of(index)), (dst.num_threads, dst.local_size))
+    if not (slots == slots[0]).all():
+        return None
+    held = np.zeros(slots.shape, dtype=bool)
+    for replica in range(src.num_replicas):
+        held |= np.asarray(src.thread_of(index, replica)) == threads
+    return tuple(int(s) for s in slots[0]) if held.all() else None
 
 
 # ---- construction ------------------------------------------------------------------------------

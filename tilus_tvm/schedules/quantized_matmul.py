@@ -16,9 +16,10 @@ per channel):
    of up to 16 bytes, a warp's load instruction reading 512 contiguous bytes -- one step ahead of
    the step it computes, so the loads of step ``i + 1`` are in flight during step ``i``;
 2. ``self.view`` reinterprets the words as the codes of the mma A fragments (pack_weight put each
-   lane's codes in fragment order) and ``self.cast`` converts them in registers (``prmt`` / ``lop3``
-   / magic-number fma for integers, ``cvt`` for fp8 on sm_89+, :mod:`tilus_tvm.instructions.cast`);
-   zero points are subtracted there;
+   lane's codes in fragment order, each word's interleaved for integers of 1, 2 or 4 bits) and
+   ``self.cast`` converts them in registers into the A layout (one ``lop3`` and one paired fma per two
+   interleaved codes, ``prmt`` / magic-number fma for other integers, ``cvt`` for fp8 on sm_89+,
+   :mod:`tilus_tvm.instructions.cast`); zero points are subtracted there;
 3. the activations of the step ([block_m, kt], 4-byte loads in fragment layout, viewed transposed)
    meet them in ``dot_split`` (float32 accumulation). With groups, each step's product starts from
    zero and is added to the accumulator times the group's scales (one multiply per output, not per
@@ -64,6 +65,7 @@ import tilus_tvm as tilus
 from tilus_tvm import bfloat16, float16, float32, int32, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
+from tilus_tvm.layout.register_ops import interleave_local
 from tilus_tvm.schedules.quantized_weight import (QuantizedWeight, WeightFormat, check_weight, check_weight_dtype,
                                                   dequantize, pack_weight, quantize_weight)
 from tilus_tvm.tune.library import tuned_kernel, use_tuned
@@ -175,6 +177,9 @@ class QuantizedMatmul(tilus.Script):
         first: int32 = self.blockIdx.z * steps
         end: int32 = first + steps
         words, a_layout, x_layout, b_layout, c_layout = kernel_layouts(fmt, warps, self.units_per_warp, bm, dtype)
+        # the words' codes in pack_weight's order: interleaved formats hold a word's A-fragment pairs at the
+        # same places of its two 16-bit halves, and the cast into a_layout takes a pair by one mask
+        codes_layout = interleave_local(a_layout, 32 // fmt.dtype.nbits) if fmt.interleaved else a_layout
         # views that end with the split: the loads ahead of its last step are masked, not wasted
         shape = list(fmt.storage_shape)
         # the view ends with the split, but steps through the whole weight: the storage's strides
@@ -220,8 +225,8 @@ class QuantizedMatmul(tilus.Script):
             group_new = (step + 1) * kt // fmt.group_size
             s_new = self.load_global(gs, offsets=[n0, group_new], shape=[bn, 1]) if grouped else None
             z_new = self.load_global(gz, offsets=[n0, group_new], shape=[bn, 1]) if self.zero_points else None
-            codes = self.view(ahead[0], dtype=fmt.dtype, layout=a_layout)
-            weights = self.cast(codes, dtype)
+            codes = self.view(ahead[0], dtype=fmt.dtype, layout=codes_layout)
+            weights = self.cast(codes, dtype, layout=a_layout)
             if self.zero_points:
                 weights = weights - z_ahead[0]
             if fmt.per_channel:

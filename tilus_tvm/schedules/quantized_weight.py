@@ -13,7 +13,8 @@ loads whole 16-byte vectors (8 or 4 when its bytes are fewer) and converts them 
 with no shuffle. The kernel computes ``out^T = w^T @ a^T`` with ``mma.sync.m16n8k16``: ``w^T``
 is the A operand, split into *units* of 16 output channels x ``kt`` inputs (``kt = g``, or 128 /
 64 / 32 per channel). In a unit, lane ``l`` of a warp holds the ``kt / 2`` codes that the mma A
-fragments of its ``kt / 16`` k-steps give it, in fragment order (:func:`unit_layout`). ``units``
+fragments of its ``kt / 16`` k-steps give it, in fragment order (:func:`unit_layout`), except that
+integers of 1, 2 or 4 bits interleave each 32-bit word's codes (:func:`field_order`). ``units``
 consecutive units along N (2 when ``kt * nbits`` is not a multiple of 64, so that a lane's bits
 are whole words; else 1) form a *granule*; a lane's codes of a granule, packed as
 :mod:`tilus_tvm.lowp` packs them, are ``P = units * kt * nbits / 16`` bytes, cut into vectors of
@@ -96,6 +97,12 @@ class WeightFormat:
         return 1 if self.kt * self.dtype.nbits % 64 == 0 else 2
 
     @property
+    def interleaved(self) -> bool:
+        """Whether each 32-bit word holds its codes interleaved (:func:`field_order`): integers of 1, 2 or 4
+        bits, which then convert a pair of codes by one mask and one paired fma."""
+        return self.dtype.is_integer and self.dtype.nbits in (1, 2, 4)
+
+    @property
     def lane_bytes(self) -> int:
         return self.units * self.kt * self.dtype.nbits // 16
 
@@ -163,6 +170,8 @@ class QuantizedWeight:
         codes = lowp.unpack_codes(lanes.reshape(-1).view(torch.uint8), fmt.dtype.nbits,
                                   lanes.numel() * 32 // fmt.dtype.nbits)
         codes = codes.reshape(fmt.granules, fmt.k // kt, LANES, units * kt // 2)
+        order = field_order(fmt, units * kt // 2)
+        codes = codes[..., sorted(range(len(order)), key=order.__getitem__)]  # fields back to slot order
         unit, row, col = _lane_indices(kt, units, codes.device)
         grid = torch.zeros(fmt.granules, fmt.k // kt, units, UNIT_ROWS, kt, dtype=torch.uint8, device=codes.device)
         grid[:, :, unit, row, col] = codes
@@ -171,6 +180,18 @@ class QuantizedWeight:
 
     def __repr__(self) -> str:
         return f"QuantizedWeight({self.format.describe()}, storage={list(self.storage.shape)} on {self.device})"
+
+
+def field_order(fmt: WeightFormat, slots: int) -> list[int]:
+    """``order[f]``: the fragment slot stored in field ``f`` of a lane's ``slots`` codes. Interleaved formats
+    keep a word's even slots in its low 16 bits and its odd ones in the high 16 bits at the same places
+    (field ``f < 16/n`` holds slot ``2f``, field ``f + 16/n`` slot ``2f + 1``: the kernel's codes are
+    ``interleave_local(a_layout, 32/n)``); the others keep fragment order."""
+    if not fmt.interleaved:
+        return list(range(slots))
+    per_word = 32 // fmt.dtype.nbits
+    half = per_word // 2
+    return [f - f % per_word + 2 * (f % half) + (f % per_word) // half for f in range(slots)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -247,7 +268,8 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None) -> Quantiz
     rows[:n] = codes.t()
     grid = rows.reshape(fmt.granules, units, UNIT_ROWS, k // kt, kt).permute(0, 3, 1, 2, 4)
     unit, row, col = _lane_indices(kt, units, codes.device)
-    lanes = grid[:, :, unit, row, col]  # [granules, steps, 32, units * kt / 2]
+    lanes = grid[:, :, unit, row, col]  # [granules, steps, 32, units * kt / 2], fragment slot order
+    lanes = lanes[..., field_order(fmt, lanes.shape[-1])]
     stream = lowp.pack_codes(lanes, dtype.nbits).reshape(fmt.granules, k // kt, LANES, fmt.chunks,
                                                          fmt.vector_bytes)
     storage = stream.permute(0, 1, 3, 2, 4).contiguous().view(torch.int32)

@@ -149,13 +149,39 @@ class ComputeInstructions(InstructionBase):
             cond = builder.allocate_register(dtypes.boolean, [1] * len(tensors[0].shape), None, cond)
         return self._result("where", where_value(cond, x, y), out)
 
-    def cast(self, x: RegisterTensor, dtype: DataType, *, out: Optional[RegisterTensor] = None) -> RegisterTensor:
+    def cast(self, x: RegisterTensor, dtype: DataType, *, layout: Optional[Any] = None,
+             out: Optional[RegisterTensor] = None) -> RegisterTensor:
         """Convert every element of ``x`` to ``dtype`` (same shape and layout), as C converts: floats
-        round to nearest, floats to integers truncate toward zero; ``x.to(dtype)`` is the same.
+        round to nearest, floats to integers truncate toward zero; ``x.to(dtype)`` is the same. Packed
+        low-precision types convert exactly (:mod:`tilus_tvm.instructions.cast`).
+
+        ``layout``: the result's register layout instead of x's, one that gives every thread the elements
+        x's gives it, in another register order (``slot_permutation(x.layout, layout)`` is not None):
+        the registers are renamed, for free -- a quantized weight stored in
+        :func:`~tilus_tvm.layout.interleave_local` order converts fastest into its mma layout this way.
+        Checked here when x's layout is known; a layout of other threads is refused.
 
         >>> h = self.cast(acc, float16)   # doctest: +SKIP
+        >>> w = self.cast(self.view(words, dtype=uint4b, layout=interleave_local(mma_a, 8)), float16,
+        ...               layout=mma_a)   # doctest: +SKIP
         """
-        return self._result("cast", cast_value(x, dtype), out)
+        if layout is None:
+            return self._result("cast", cast_value(x, dtype), out)
+        from tilus_tvm.instructions.cast import register_order
+        from tilus_tvm.lang.instructions.memory import check_layout
+
+        if out is not None:
+            raise ScriptError("cast: give layout or out, not both (out's layout is the result's)")
+        builder = self._builder("cast")
+        x = builder.materialize(x)
+        if not isinstance(x, RegisterTensor):
+            raise ScriptError(f"cast: with layout, x must be a register tensor, got {x!r}")
+        check_layout("cast", layout, tuple(x.shape), builder.num_threads)
+        if x.layout is not None and x.layout != layout and register_order(x.layout, layout) is None:
+            raise ScriptError(f"cast: layout {layout} does not give each thread the elements that x's layout "
+                              f"{x.layout} gives it (only the register order may differ)")
+        result = builder.new_register(dtypes.as_dtype(dtype), x.shape, layout)
+        return builder.materialize(cast_value(x, dtype), result)
 
     # --- reductions ------------------------------------------------------------------------------
     def _reduce(self, op: str, x: RegisterTensor, dim: Any, keepdim: bool, out: Optional[RegisterTensor]):

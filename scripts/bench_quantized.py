@@ -247,8 +247,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the two 8192x28672 decode shapes only")
     parser.add_argument("--configs", nargs="?", const="1,128", default=None,
-                        help="sweep configurations at Mx8192x28672 for these comma-separated M (default 1,128), "
-                             "for each of --types (default there: uint4b)")
+                        help="sweep configurations at Mx8192x28672 (or the K x N of each of --shapes) for these "
+                             "comma-separated M (default 1,128), for each of --types (default there: uint4b)")
     parser.add_argument("--shapes", default=None, help="comma-separated MxKxN (default: the decode and prefill "
                                                        "shapes, or the two of --quick)")
     parser.add_argument("--types", default=None, help=f"comma-separated weight types (default: {','.join(TYPES)})")
@@ -269,9 +269,12 @@ def main():
     print("# goals: u4 g128 1x8192x28672 <= 46 us; every width 2-8 bits >= 80% of its floor; batch 64-256 >= "
           "torch.matmul f16 (vs torch >= 1.00x)")
     if args.configs:
+        weights = [tuple(int(v) for v in shape.split("x"))[1:] for shape in args.shapes.split(",")] if args.shapes \
+            else [(8192, 28672)]
         for weight_type in (args.types or "uint4b").split(","):
-            for m in args.configs.split(","):
-                sweep(bandwidth, m=int(m), weight_type=weight_type)
+            for k, n in weights:
+                for m in args.configs.split(","):
+                    sweep(bandwidth, m=int(m), k=k, n=n, weight_type=weight_type)
         return
     shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes else \
         QUICK if args.quick else DECODE + PREFILL

@@ -231,8 +231,8 @@ def test_bad_input_is_refused_before_launch():
         QuantizedMatmul(fmt, units_per_warp=2, block_m=12)
     with pytest.raises(ScriptError, match="split_k=3 must divide the 8 k-steps"):
         QuantizedMatmul(fmt, units_per_warp=2, split_k=3)
-    with pytest.raises(ScriptError, match="prefetch=3 must be 1 or 2"):
-        QuantizedMatmul(fmt, units_per_warp=2, prefetch=3)
+    with pytest.raises(ScriptError, match="prefetch=5 must be 1 to 4"):
+        QuantizedMatmul(fmt, units_per_warp=2, prefetch=5)
     with pytest.raises(ScriptError, match=r"min_blocks=33 must be in \[0, 32\]"):
         QuantizedMatmul(fmt, units_per_warp=2, min_blocks=33)
     with pytest.raises(LaunchError, match="config must be a tilus_tvm.schedules.quantized_matmul.Config"):

@@ -121,7 +121,7 @@ class QuantizedMatmul(tilus.Script):
     K split over that many blocks (grid z), adding their partial sums up themselves, split after split,
     leaving ``ws_ptr`` alone (``split_reduce="serial"``), or each writing float32 partial sums to
     ``ws_ptr`` [split_k, M, N] for :class:`SplitKSum` (``split_reduce="kernel"``);
-    ``prefetch``: k-steps of weights in flight ahead of the one computed (1 or 2); ``min_blocks``: blocks
+    ``prefetch``: k-steps of weights in flight ahead of the one computed (1 to 4); ``min_blocks``: blocks
     that must fit on an SM (``__launch_bounds__``; ptxas keeps registers below ``65536 / (min_blocks * 32 *
     warps)``, spilling if it must; 0 lets it choose).
     """
@@ -149,8 +149,8 @@ class QuantizedMatmul(tilus.Script):
         if split_k < 1 or steps % split_k:
             raise ScriptError(f"QuantizedMatmul: split_k={split_k} must divide the {steps} k-steps of {fmt.kt} "
                               f"inputs of {fmt.describe()}")
-        if prefetch not in (1, 2):
-            raise ScriptError(f"QuantizedMatmul: prefetch={prefetch} must be 1 or 2 (k-steps of weights in flight)")
+        if prefetch not in (1, 2, 3, 4):
+            raise ScriptError(f"QuantizedMatmul: prefetch={prefetch} must be 1 to 4 (k-steps of weights in flight)")
         if split_reduce not in SPLIT_REDUCTIONS:
             raise ScriptError(f"QuantizedMatmul: split_reduce={split_reduce!r} must be one of "
                               f"{', '.join(map(repr, SPLIT_REDUCTIONS))}")

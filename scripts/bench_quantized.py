@@ -18,7 +18,9 @@ own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations
 rows; the packages with Triton W4A16 kernels that were looked for (gemlite, torchao, vllm, auto_gptq) are
 reported as found or not. Every kernel is checked against a dequantise-then-matmul reference on the first
 columns before it is timed; timings are medians of CUDA-event times of the call captured in a CUDA graph and
-replayed (host launch time not counted), L2 flushed before each replay.
+replayed (host launch time not counted), L2 flushed before each replay (``benchmark_func``: a buffer
+twice the L2 zeroed, then a second one read, so the zeroing's dirty lines are written back before the
+timed call, not during it).
 
 Goals (issue 12): u4 g128 at 1x8192x28672 <= 46 us on an H100 (>= 85% of copy bandwidth); every width
 2-8 bits >= 80% of its floor; batch 64-256 at least torch.matmul's speed.

@@ -2,7 +2,8 @@
 
 Layout rule: the output has the input's layout (both ways, as for the elementwise instructions), or
 one that gives every thread the same elements in another register order (``cast(x, dtype, layout=)``,
-or an ``out`` of such a layout): the emitter renames the registers, for free. No scratch memory. The conversion rules are :mod:`tilus_tvm.lowp`'s (see :mod:`cast_rules`):
+or an ``out`` of such a layout): the emitter renames the registers, for free. No scratch memory. The
+conversion rules are :mod:`tilus_tvm.lowp`'s (see :mod:`cast_rules`):
 
 - into a type of at most 8 bits (``int8``, ``uint8`` and the packed types): round to nearest, ties
   to even; saturate at the largest finite value (infinities too); NaN to the type's NaN code

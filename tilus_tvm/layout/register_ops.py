@@ -11,9 +11,9 @@ pairs and returns a new :class:`RegisterLayout` in canonical form:
 - :func:`local_slice` keeps a sub-tile held in a subset of each thread's registers;
   :func:`split_local` / :func:`merge_local` relate the layouts of a tile viewed with a narrower or
   wider element type (same bits in the same registers);
-- :func:`interleave_local` reorders each thread's registers in runs (same holders threads, new
-  slots), and :func:`slot_permutation` tells whether two layouts differ only so (a per-thread
-  renaming of registers, which ``cast`` does for free);
+- :func:`interleave_local` reorders each thread's registers in runs (the same threads hold the same
+  elements, in other slots), and :func:`slot_permutation` tells whether two layouts differ only so
+  (a per-thread renaming of registers, which ``cast`` does for free);
 - :func:`auto_local_spatial` builds a ``local(...).spatial(...)`` layout for a thread count.
 
 Operations that must cut a mode in two (``reshape``, ``divide``) work on :class:`_Modes`, a

@@ -56,7 +56,7 @@ from tilus_tvm.instructions.packed import bits_of, pack_words, u32
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.layout.register import RegisterLayout
-from tilus_tvm.layout.register_ops import slot_permutation
+from tilus_tvm.layout.register_ops import interleaved_slot, slot_permutation
 from tilus_tvm.lowp import float_family, is_low_precision, is_packed
 
 HALVES = ("float16", "bfloat16")
@@ -224,11 +224,10 @@ def _emit_reordering_cast(src_buf, dst_buf, source: DataType, target: DataType, 
 def is_interleaved_order(order: tuple[int, ...], source: DataType) -> bool:
     """Whether ``order`` takes each output pair ``(2i, 2i + 1)`` of a word's slots from its fields ``i`` and
     ``i + 16 / n`` (``interleave_local(out_layout, 32 / n)``), for a 1-, 2- or 4-bit integer ``source``."""
-    if not source.is_integer or source.nbits not in (1, 2, 4):
+    if not rules.interleavable(source):
         return False
-    per_word, half = 32 // source.nbits, 16 // source.nbits
-    return len(order) % per_word == 0 and all(
-        order[j] == j - j % per_word + (j % per_word) // 2 + (j % 2) * half for j in range(len(order)))
+    per_word = 32 // source.nbits
+    return len(order) % per_word == 0 and all(order[j] == interleaved_slot(j, per_word) for j in range(len(order)))
 
 
 def _pairs_to_half(dst_buf, words, codes, source: DataType, half: str, hardware_fp8: bool) -> int:

@@ -302,6 +302,12 @@ def narrow_int_word(ops: Any, word: Any, dtype: DataType, half: str) -> list:
     return pairs
 
 
+def interleavable(dtype: DataType) -> bool:
+    """Whether :func:`interleaved_int_word` converts ``dtype``: integers of 1, 2 or 4 bits (a 32-bit word
+    holds a whole number of their code pairs, one code of each pair in each 16-bit half)."""
+    return dtype.is_integer and dtype.nbits in (1, 2, 4)
+
+
 def interleaved_int_word(ops: Any, word: Any, dtype: DataType, half: str) -> list:
     """The 16-bit float pairs of the ``32 / n`` integer codes of ``n`` = 1, 2 or 4 bits in ``word``, stored
     *interleaved*: pair ``i`` holds the codes of fields ``i`` and ``i + 16 / n`` (field ``f`` at bits
@@ -314,7 +320,7 @@ def interleaved_int_word(ops: Any, word: Any, dtype: DataType, half: str) -> lis
     code that then fits: ``uint4b`` -> float16 is 1 shift, 4 ``lop3`` and 4 fma for 8 codes, where
     :func:`int4_pair` takes 12, and ``uint2b`` 17 for 16 codes, where :func:`narrow_int_word` takes 27."""
     n = dtype.nbits
-    if not dtype.is_integer or n not in (1, 2, 4):
+    if not interleavable(dtype):
         raise ValueError(f"interleaved_int_word: {dtype.name} is not a 1-, 2- or 4-bit integer type")
     pattern, magic, mantissa_bits = HALF_MAGIC[half]
     both = 0x00010001  # a 16-bit constant in both halves

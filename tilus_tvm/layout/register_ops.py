@@ -490,6 +490,16 @@ def interleave_local(layout: RegisterLayout, run: int) -> RegisterLayout:
     return modes.to_layout(layout.shape, modes.groups, modes.spatial, outer + pair + head)
 
 
+def interleaved_slot(slot, run: int):
+    """The slot of ``interleave_local(layout, run)`` that holds what ``layout`` holds in ``slot`` (an int
+    or a TIR expression): ``r * run + 2 * h + b`` -> ``r * run + b * run / 2 + h``.
+
+    >>> [interleaved_slot(s, 4) for s in range(8)]
+    [0, 2, 1, 3, 4, 6, 5, 7]
+    """
+    return slot - slot % run + slot % 2 * (run // 2) + slot % run // 2
+
+
 def slot_permutation(src: RegisterLayout, dst: RegisterLayout) -> tuple[int, ...] | None:
     """``perm`` with ``dst``'s slot ``j`` holding, in every thread, the element of ``src``'s slot
     ``perm[j]`` -- the two layouts give every thread the same elements, in another register order --

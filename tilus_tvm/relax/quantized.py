@@ -101,15 +101,16 @@ def code_position(fmt: Any, k: Any, n: Any) -> tuple:
     ``c // 16``-th mma.m16n8k16 A fragment: lane ``4 * (r % 8) + (c % 8) // 2`` holds it in slot
     ``c % 2 + 2 * (r // 8) + 4 * (c % 16 // 8)`` of that fragment's 8
     (:func:`~tilus_tvm.schedules.quantized_weight.unit_layout`); interleaved formats store a word's slot
-    ``2h + b`` in its field ``b * 16 / n + h`` (:func:`~tilus_tvm.schedules.quantized_weight.field_order`)."""
+    ``2h + b`` in its field ``b * 16 / n + h`` (:func:`~tilus_tvm.layout.register_ops.interleaved_slot`)."""
     kt, units = fmt.kt, fmt.units
     granule, unit, r = n // (16 * units), n // 16 % units, n % 16
     step, c = k // kt, k % kt
     lane = r % 8 * 4 + c % 8 // 2
     slot = unit * (kt // 2) + c // 16 * 8 + c % 16 // 8 * 4 + r // 8 * 2 + c % 2
     if fmt.interleaved:
-        per_word = 32 // fmt.dtype.nbits
-        slot = slot - slot % per_word + slot % 2 * (per_word // 2) + slot % per_word // 2
+        from tilus_tvm.layout.register_ops import interleaved_slot
+
+        slot = interleaved_slot(slot, 32 // fmt.dtype.nbits)
     return granule, step, lane, slot
 
 

@@ -14,7 +14,7 @@ with no shuffle. The kernel computes ``out^T = w^T @ a^T`` with ``mma.sync.m16n8
 is the A operand, split into *units* of 16 output channels x ``kt`` inputs (``kt = g``, or 128 /
 64 / 32 per channel). In a unit, lane ``l`` of a warp holds the ``kt / 2`` codes that the mma A
 fragments of its ``kt / 16`` k-steps give it, in fragment order (:func:`unit_layout`), except that
-integers of 1, 2 or 4 bits interleave each 32-bit word's codes (:func:`field_order`). ``units``
+integers of 1, 2 or 4 bits interleave each 32-bit word's codes (:func:`field_of_slot`). ``units``
 consecutive units along N (2 when ``kt * nbits`` is not a multiple of 64, so that a lane's bits
 are whole words; else 1) form a *granule*; a lane's codes of a granule, packed as
 :mod:`tilus_tvm.lowp` packs them, are ``P = units * kt * nbits / 16`` bytes, cut into vectors of
@@ -98,9 +98,11 @@ class WeightFormat:
 
     @property
     def interleaved(self) -> bool:
-        """Whether each 32-bit word holds its codes interleaved (:func:`field_order`): integers of 1, 2 or 4
+        """Whether each 32-bit word holds its codes interleaved (:func:`field_of_slot`): integers of 1, 2 or 4
         bits, which then convert a pair of codes by one mask and one paired fma."""
-        return self.dtype.is_integer and self.dtype.nbits in (1, 2, 4)
+        from tilus_tvm.instructions.cast_rules import interleavable
+
+        return interleavable(self.dtype)
 
     @property
     def lane_bytes(self) -> int:
@@ -170,8 +172,7 @@ class QuantizedWeight:
         codes = lowp.unpack_codes(lanes.reshape(-1).view(torch.uint8), fmt.dtype.nbits,
                                   lanes.numel() * 32 // fmt.dtype.nbits)
         codes = codes.reshape(fmt.granules, fmt.k // kt, LANES, units * kt // 2)
-        order = field_order(fmt, units * kt // 2)
-        codes = codes[..., sorted(range(len(order)), key=order.__getitem__)]  # fields back to slot order
+        codes = codes[..., field_of_slot(fmt, units * kt // 2)]  # fields back to slot order
         unit, row, col = _lane_indices(kt, units, codes.device)
         grid = torch.zeros(fmt.granules, fmt.k // kt, units, UNIT_ROWS, kt, dtype=torch.uint8, device=codes.device)
         grid[:, :, unit, row, col] = codes
@@ -182,16 +183,17 @@ class QuantizedWeight:
         return f"QuantizedWeight({self.format.describe()}, storage={list(self.storage.shape)} on {self.device})"
 
 
-def field_order(fmt: WeightFormat, slots: int) -> list[int]:
-    """``order[f]``: the fragment slot stored in field ``f`` of a lane's ``slots`` codes. Interleaved formats
+def field_of_slot(fmt: WeightFormat, slots: int) -> list[int]:
+    """``fields[s]``: the field of a lane's ``slots`` codes that holds fragment slot ``s``. Interleaved formats
     keep a word's even slots in its low 16 bits and its odd ones in the high 16 bits at the same places
-    (field ``f < 16/n`` holds slot ``2f``, field ``f + 16/n`` slot ``2f + 1``: the kernel's codes are
-    ``interleave_local(a_layout, 32/n)``); the others keep fragment order."""
+    (slot ``2h`` in field ``h``, slot ``2h + 1`` in field ``h + 16/n``: the kernel's codes are
+    ``interleave_local(a_layout, 32/n)``, :func:`~tilus_tvm.layout.register_ops.interleaved_slot`); the
+    others keep fragment order."""
     if not fmt.interleaved:
         return list(range(slots))
-    per_word = 32 // fmt.dtype.nbits
-    half = per_word // 2
-    return [f - f % per_word + 2 * (f % half) + (f % per_word) // half for f in range(slots)]
+    from tilus_tvm.layout.register_ops import interleaved_slot
+
+    return [interleaved_slot(s, 32 // fmt.dtype.nbits) for s in range(slots)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -268,8 +270,9 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None) -> Quantiz
     rows[:n] = codes.t()
     grid = rows.reshape(fmt.granules, units, UNIT_ROWS, k // kt, kt).permute(0, 3, 1, 2, 4)
     unit, row, col = _lane_indices(kt, units, codes.device)
-    lanes = grid[:, :, unit, row, col]  # [granules, steps, 32, units * kt / 2], fragment slot order
-    lanes = lanes[..., field_order(fmt, lanes.shape[-1])]
+    slots = grid[:, :, unit, row, col]  # [granules, steps, 32, units * kt / 2], fragment slot order
+    lanes = torch.empty_like(slots)
+    lanes[..., field_of_slot(fmt, slots.shape[-1])] = slots
     stream = lowp.pack_codes(lanes, dtype.nbits).reshape(fmt.granules, k // kt, LANES, fmt.chunks,
                                                          fmt.vector_bytes)
     storage = stream.permute(0, 1, 3, 2, 4).contiguous().view(torch.int32)

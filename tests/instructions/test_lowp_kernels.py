@@ -121,6 +121,36 @@ def test_cast_into_another_register_order_of_the_same_threads_is_free_and_checke
             tensor_for("float16", 32 * 128), tensor_for("float32", 32 * 128))
 
 
+def test_cast_with_a_layout_refuses_out_and_other_shapes():
+    from tilus_tvm import float16, float32
+    from tilus_tvm.layout import spatial
+
+    plain = mma_words_layout()
+
+    class Both(tilus.Script):
+        def __call__(self, x_ptr: ~float16, y_ptr: ~float32):
+            self.attrs.blocks = 1
+            self.attrs.warps = 4
+            x = self.load_global(self.global_view(x_ptr, dtype=float16, shape=[32, 128]), offsets=[0, 0],
+                                 shape=[32, 128], layout=plain)
+            y = self.register_tensor(dtype=float32, shape=[32, 128], layout=plain)
+            self.cast(x, float32, layout=plain, out=y)
+
+    class OtherShape(tilus.Script):
+        def __call__(self, x_ptr: ~float16, y_ptr: ~float32):
+            self.attrs.blocks = 1
+            self.attrs.warps = 4
+            x = self.load_global(self.global_view(x_ptr, dtype=float16, shape=[32, 128]), offsets=[0, 0],
+                                 shape=[32, 128], layout=plain)
+            self.cast(x, float32, layout=spatial(32, 4).local(1, 16))
+
+    args = (tensor_for("float16", 32 * 128), tensor_for("float32", 32 * 128))
+    with pytest.raises(ScriptError, match="give layout or out, not both"):
+        Both().tile_program(*args)
+    with pytest.raises(ScriptError, match=r"has shape \[32, 64\], the tensor has shape \[32, 128\]"):
+        OtherShape().tile_program(*args)
+
+
 def test_e2m1_to_f16_is_a_prmt_lookup():
     kernel = K.cast_copy(dtypes.float4_e2m1, dtypes.float16, rows=32, cols=64)
     ptx = ptx_of(kernel, 100, tensor_for("float4_e2m1", 6400), tensor_for("float16", 6400))

@@ -23,7 +23,7 @@ SHARED_MEMORY_LIMIT = {8: 163 * 1024, 9: 227 * 1024, 10: 227 * 1024, 11: 227 * 1
 
 
 def current_arch() -> str:
-    """``sm_XY`` of the current CUDA device (needs torch with CUDA)."""
+    """``sm_XY`` of the current CUDA device (``sm_90a`` for an H100 or H200; needs torch with CUDA)."""
     try:
         import torch
     except ImportError as exc:
@@ -33,7 +33,9 @@ def current_arch() -> str:
         raise CompileError("no target given and no CUDA GPU is visible; pass target='sm_80' (or 'sm_90') to "
                            "compile, lower or inspect kernels without a GPU")
     major, minor = torch.cuda.get_device_capability()
-    return f"sm_{major}{minor}"
+    # Hopper's wgmma (and TMA's multicast, setmaxnreg) exist only in arch-specific PTX: sm_90a, which
+    # runs on compute capability 9.0 exactly -- the GPU in hand.
+    return f"sm_{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
 
 
 def check_arch(arch: str) -> str:

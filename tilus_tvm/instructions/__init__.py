@@ -18,11 +18,13 @@ its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.regist
     register_bits.py   RegisterView (every per-thread bit view, free ViewRegisters too), AllocateRegister
                        and ConvertLayout of packed tensors
     scan.py            Scan
+    wgmma.py           Wgmma (Hopper's wgmma.mma_async), WgmmaFence, WgmmaCommitGroup, WgmmaWaitGroup,
+                       FenceProxyAsync (sm_90)
 
 Importing this package registers all of them.
 """
 from tilus_tvm.instructions import (allocate, async_copy, cast, convert_layout, dot, elementwise,  # noqa: F401
                                     global_memory, misc, reduce, shared_memory)
 from tilus_tvm.instructions import print_tensor  # noqa: F401
-from tilus_tvm.instructions import scan, views  # noqa: F401
+from tilus_tvm.instructions import scan, views, wgmma  # noqa: F401
 from tilus_tvm.instructions.registry import InstructionImpl, lookup, register, registered  # noqa: F401

@@ -12,7 +12,9 @@ An entry holds everything the compiler knows about one instruction on one family
 - ``shared_accesses(inst, layout) -> [request]``: the shared-memory requests of one warp (each a
   list of per-lane ``(index, vector length)`` into the instruction's shared tensor, as the bank
   conflict model takes them) if the tensor had ``layout``; shared-layout inference scores
-  candidate swizzles with them.
+  candidate swizzles with them;
+- ``shared_layouts(inst) -> [(root, layout)]``: layouts the instruction cannot do without (``wgmma``'s
+  swizzled operands); shared-layout inference gives them to roots created without a layout.
 
 Passes and the backend look entries up here (:func:`lookup`); they never name an instruction.
 Adding an instruction for a target, or a second target for an instruction (Hopper after Ampere),
@@ -44,6 +46,7 @@ class InstructionImpl:
     produced: Optional[Callable[[Any], Any]] = None
     scratch: Optional[Callable[[Any], int]] = None
     shared_accesses: Optional[Callable[[Any, Any], list]] = None
+    shared_layouts: Optional[Callable[[Any], list]] = None
 
     def scratch_bytes(self, inst: Any) -> int:
         return self.scratch(inst) if self.scratch is not None else 0

@@ -217,6 +217,41 @@ class CopyAsyncWaitAll(Instruction):
 
 
 @dataclass(eq=False)
+class Wgmma(Instruction):
+    """``output = a @ b + c`` by Hopper's warpgroup ``wgmma.mma_async`` from shared memory (``output`` is
+    ``c``: the accumulator is updated in place, asynchronously, until a :class:`WgmmaWaitGroup`)."""
+
+    output: RegisterTensor
+    a: SharedTensor
+    b: SharedTensor
+    c: RegisterTensor
+
+
+@dataclass(eq=False)
+class WgmmaFence(Instruction):
+    """``wgmma.fence``: orders this warpgroup's earlier register and shared-memory accesses before its
+    next ``wgmma``."""
+
+
+@dataclass(eq=False)
+class WgmmaCommitGroup(Instruction):
+    """``wgmma.commit_group``: the ``wgmma`` issued since the last commit form one group."""
+
+
+@dataclass(eq=False)
+class WgmmaWaitGroup(Instruction):
+    """``wgmma.wait_group n``: wait until at most ``n`` committed groups are still running."""
+
+    n: int
+
+
+@dataclass(eq=False)
+class FenceProxyAsync(Instruction):
+    """``fence.proxy.async.shared::cta``: this thread's shared-memory writes become visible to the async
+    proxy (``wgmma`` operands, TMA)."""
+
+
+@dataclass(eq=False)
 class Sync(Instruction):
     """``__syncthreads()``."""
 

@@ -26,6 +26,7 @@ from tilus_tvm.lang.instructions.assign import AssignInstructions
 from tilus_tvm.lang.instructions.compute import ComputeInstructions
 from tilus_tvm.lang.instructions.debug import DebugInstructions
 from tilus_tvm.lang.instructions.dot_split import DotSplitInstructions
+from tilus_tvm.lang.instructions.hopper import HopperInstructions
 from tilus_tvm.lang.instructions.memory import MemoryInstructions
 from tilus_tvm.lang.instructions.scalar_memory import ScalarMemoryInstructions
 from tilus_tvm.lang.instructions.views import ViewInstructions
@@ -150,7 +151,7 @@ class _ScriptState:
 
 class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, AssignInstructions,
              ScalarMemoryInstructions, DebugInstructions, CudaHelpersMixin, WorkspaceInstructions,
-             ViewInstructions):
+             ViewInstructions, HopperInstructions):
     """Base class of kernels (see the module docstring)."""
 
     _kernel_fn = None

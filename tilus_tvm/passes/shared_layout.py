@@ -6,7 +6,9 @@ candidate is scored with the bank-conflict model (:func:`tilus_tvm.layout.shared
 over the shared-memory requests of one warp of every instruction that uses the tensor, as its
 registry entry describes them (``shared_accesses``: ``cp.async`` stores, ``ldmatrix`` loads,
 element loads and stores). The cheapest wins; among equals the one with the fewest swizzle bits.
-A layout given to ``shared_tensor(layout=...)`` or ``annotate_layout`` is kept as it is.
+A layout given to ``shared_tensor(layout=...)`` or ``annotate_layout`` is kept as it is. A layout an
+instruction requires (the registry's ``shared_layouts`` hook: ``wgmma``'s operands) is taken without
+scoring.
 """
 from __future__ import annotations
 
@@ -60,6 +62,23 @@ def _view_layout(inst: ir.Instruction, root_layout: SharedLayout) -> SharedLayou
     return tensor.view_layout(root_layout)
 
 
+def _required_layouts(func: Function) -> dict[int, SharedLayout]:
+    """The layouts instructions require of roots created without one (registry hook ``shared_layouts``);
+    two different requirements on one root are an error."""
+    required: dict[int, SharedLayout] = {}
+    for inst in instructions(func.body):
+        hook = lookup(type(inst), func.arch).shared_layouts
+        if hook is None:
+            continue
+        for root, layout in hook(inst):
+            if root.layout is not None:
+                continue  # the author's layout; the instruction checks it when it is emitted
+            if required.setdefault(id(root), layout) != layout:
+                raise LayoutError(f"shared tensor {root.describe()} is used by instructions that need different "
+                                  f"layouts: {required[id(root)]} and {layout}")
+    return required
+
+
 def infer_shared_layouts(func: Function) -> Function:
     uses: dict[int, list] = {}
     roots: dict[int, SharedTensor] = {}
@@ -68,8 +87,12 @@ def infer_shared_layouts(func: Function) -> Function:
             roots[id(inst.output)] = inst.output
         for tensor in _shared_operands(inst):
             uses.setdefault(id(tensor.root), []).append(inst)
+    required = _required_layouts(func)
     for key, tensor in roots.items():
         if tensor.layout is not None:
+            continue
+        if key in required:
+            tensor.layout = required[key]
             continue
         candidates = candidate_layouts(tensor.shape, tensor.dtype.nbits)
         scored = [(_cost(layout, uses.get(key, []), func.arch, tensor.dtype.nbits), i, layout)

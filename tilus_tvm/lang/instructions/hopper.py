@@ -1,0 +1,83 @@
+"""Hopper instructions of ``tilus_tvm.Script``: warpgroup matrix products (``wgmma``) and their fences.
+
+A *warpgroup* is four consecutive warps (128 threads). ``wgmma`` multiplies operands that sit in
+shared memory and accumulates into registers spread over the warpgroup, asynchronously: the
+instruction returns at once and the tensor cores read shared memory and update the accumulator
+while the threads go on. The protocol, as PTX defines it:
+
+    self.fence_proxy_async()        # after writing the operands (cp.async, stores) and before sync()
+    self.sync()
+    self.wgmma_fence()              # before the first wgmma that touches the accumulator
+    self.wgmma(sa, sb, acc)         # acc += sa @ sb, issued, not finished
+    self.wgmma_commit_group()
+    self.wgmma_wait_group(0)        # now acc may be read and sa, sb overwritten
+
+They need an ``sm_90a`` target (``tilus_tvm.target.current_arch`` gives it on an H100 or H200).
+"""
+from __future__ import annotations
+
+from tilus_tvm.errors import ScriptError
+from tilus_tvm.ir import inst as ir
+from tilus_tvm.ir.tensor import RegisterTensor, SharedTensor
+from tilus_tvm.lang.instructions.memory import InstructionBase
+
+
+class HopperInstructions(InstructionBase):
+    """``wgmma`` and the fences around it (see the module docstring)."""
+
+    def wgmma(self, a: SharedTensor, b: SharedTensor, acc: RegisterTensor) -> None:
+        """``acc += a @ b`` by ``wgmma.mma_async``, asynchronously (module docstring).
+
+        ``a`` [m, k] and ``b`` [k, n] are float16 or bfloat16 shared tensors (or views, such as one stage
+        ``smem[s]`` or a transpose), ``acc`` a float32 register tensor [m, n]. Each warpgroup computes
+        64 rows: m must be 64 times the block's warpgroups (``warps // 4``), n a multiple of 8 up to 256,
+        k a multiple of 16. Both operands must be K-major -- k runs along contiguous memory: ``a`` a
+        [m, k] tile, ``b`` the transpose of an [n, k] tile -- with rows of 32, 64 or 128 bytes, swizzled
+        as ``wgmma`` reads them; a shared tensor created without a layout gets that layout.
+        """
+        builder = self._builder("wgmma")
+        for what, tensor in (("a", a), ("b", b)):
+            if not isinstance(tensor, SharedTensor):
+                raise ScriptError(f"wgmma: {what} must be a shared tensor, got {tensor!r}")
+            if len(tensor.shape) != 2:
+                raise ScriptError(f"wgmma: {what} must be 2-D, got {tensor.describe()}")
+        if not isinstance(acc, RegisterTensor) or len(acc.shape) != 2:
+            raise ScriptError(f"wgmma: acc must be a 2-D register tensor, got {acc!r}")
+        (m, k), (k2, n) = a.shape, b.shape
+        if k != k2 or tuple(acc.shape) != (m, n):
+            raise ScriptError(f"wgmma: incompatible shapes a {list(a.shape)}, b {list(b.shape)}, acc "
+                              f"{list(acc.shape)}: expected a [m, k], b [k, n], acc [m, n]")
+        if a.dtype != b.dtype or a.dtype.name not in ("float16", "bfloat16"):
+            raise ScriptError(f"wgmma: a and b must both be float16 or both bfloat16, got {a.describe()} and "
+                              f"{b.describe()}")
+        if acc.dtype.name != "float32":
+            raise ScriptError(f"wgmma: acc must be float32, got {acc.describe()}")
+        if m % 64:
+            raise ScriptError(f"wgmma: m={m} must be a multiple of 64 (each warpgroup computes 64 rows)")
+        if n % 8 or not 8 <= n <= 256:
+            raise ScriptError(f"wgmma: n={n} must be a multiple of 8 from 8 to 256")
+        if k % 16:
+            raise ScriptError(f"wgmma: k={k} must be a multiple of 16")
+        builder.emit(ir.Wgmma(acc, a, b, acc))
+
+    def wgmma_fence(self) -> None:
+        """``wgmma.fence.sync.aligned``: before a warpgroup's first ``wgmma`` on an accumulator, and after
+        the accumulator was touched by other instructions."""
+        self._builder("wgmma_fence").emit(ir.WgmmaFence())
+
+    def wgmma_commit_group(self) -> None:
+        """``wgmma.commit_group.sync.aligned``: the ``wgmma`` issued since the last commit form a group."""
+        self._builder("wgmma_commit_group").emit(ir.WgmmaCommitGroup())
+
+    def wgmma_wait_group(self, n: int) -> None:
+        """``wgmma.wait_group.sync.aligned n``: wait until at most ``n`` of the warpgroup's committed
+        groups still run (``n`` a compile-time int). With ``n = 0`` the accumulators are final and the
+        operands' shared memory may be overwritten."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 7:
+            raise ScriptError(f"wgmma_wait_group: n must be a compile-time int from 0 to 7, got {n!r}")
+        self._builder("wgmma_wait_group").emit(ir.WgmmaWaitGroup(n))
+
+    def fence_proxy_async(self) -> None:
+        """``fence.proxy.async.shared::cta``: make this thread's shared-memory writes (``cp.async`` copies
+        it waited for, stores) visible to ``wgmma``. Follow it with :meth:`sync`."""
+        self._builder("fence_proxy_async").emit(ir.FenceProxyAsync())

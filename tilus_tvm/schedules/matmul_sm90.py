@@ -1,0 +1,101 @@
+"""``MatmulWgmma``: ``c = a @ b.T``-style matmul on Hopper's warpgroup tensor cores (``wgmma``).
+
+``b`` is stored [n, k] (an ``nn.Linear`` weight, ``x @ w.t()``), so both operands are K-major as
+``wgmma`` reads them. Each block computes a ``block_m x block_n`` tile of ``c`` with ``block_m / 64``
+warpgroups (each 64 rows, all ``block_n`` columns). Its ``stages``-deep ring of shared-memory tiles
+is filled by ``cp.async`` (every thread copies) and read by ``wgmma`` straight from shared memory;
+one group of ``wgmma`` stays in flight while the next tile is waited for:
+
+    iteration k:  wait for tile k (cp.async.wait_group), fence.proxy.async, __syncthreads
+                  refill the stage of tile k + stages - 2 (its last reader, tile k - 2, is done:
+                  every warpgroup waited for it before this barrier)
+                  wgmma.fence; wgmma over tile k; commit; wait until one group runs
+
+So ``stages - 2`` tiles are in flight from global memory. The result is cast and stored through
+shared memory, masked at the edges: any M, N, K (K a multiple of 8, for 16-byte copies).
+
+    kernel = MatmulWgmma(block_m=128, block_n=256, block_k=64, stages=4)
+    kernel(m, n, k, a, w, c)          # a [m, k], w [n, k], c [m, n]: c = a @ w.T
+
+It needs an ``sm_90a`` target (an H100 or H200); :func:`tilus_tvm.schedules.matmul.matmul` takes it
+there for ``b = w.t()``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tilus_tvm as tilus
+from tilus_tvm import bfloat16, float16, float32, int32, void
+from tilus_tvm.dtypes import as_dtype
+from tilus_tvm.errors import ScriptError
+
+# (block_m, block_n, block_k, stages): the tuning space
+TILES = [(128, 256, 64, 4), (128, 128, 64, 5), (128, 128, 64, 6), (64, 256, 64, 5), (128, 256, 32, 6),
+         (256, 128, 64, 4)]
+
+
+@tilus.autotune("block_m, block_n, block_k, stages", TILES, bucket={"m_size": "pow2"}, opt_in=True)
+class MatmulWgmma(tilus.Script):
+    """``c[m, n] = a[m, k] @ w[n, k].T`` with float32 accumulation (see the module docstring)."""
+
+    def __init__(self, block_m: int = 128, block_n: int = 256, block_k: int = 64, stages: int = 4,
+                 dtype: Any = float16):
+        super().__init__()
+        dtype = as_dtype(dtype)
+        if dtype not in (float16, bfloat16):
+            raise ScriptError(f"MatmulWgmma: dtype must be float16 or bfloat16, got {dtype.name}")
+        if block_m % 64 or not 64 <= block_m <= 256:
+            raise ScriptError(f"MatmulWgmma: block_m={block_m} must be 64, 128, 192 or 256 (64 rows a warpgroup)")
+        if block_n % 8 or not 8 <= block_n <= 256:
+            raise ScriptError(f"MatmulWgmma: block_n={block_n} must be a multiple of 8 up to 256")
+        if block_k not in (16, 32, 64):
+            raise ScriptError(f"MatmulWgmma: block_k={block_k} must be 16, 32 or 64 (rows of at most 128 bytes)")
+        if stages < 3:
+            raise ScriptError(f"MatmulWgmma: stages must be at least 3 (one tile read by wgmma, one waited for, "
+                              f"one in flight), got {stages}")
+        self.block_m, self.block_n, self.block_k, self.stages, self.dtype = block_m, block_n, block_k, stages, dtype
+
+    def __call__(self, m_size: int32, n_size: int, k_size: int, a_ptr: ~void, b_ptr: ~void, c_ptr: ~void):
+        bm, bn, bk, stages, dtype = self.block_m, self.block_n, self.block_k, self.stages, self.dtype
+        self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(n_size, bn)]
+        self.attrs.warps = bm // 16
+        offset_m: int32 = bm * self.blockIdx.x
+        offset_n: int32 = bn * self.blockIdx.y
+        ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size])
+        gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])
+        sa = self.shared_tensor(dtype=dtype, shape=[stages, bm, bk])
+        sb = self.shared_tensor(dtype=dtype, shape=[stages, bn, bk])
+        acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+        num_k = (k_size + bk - 1) // bk
+        ahead = stages - 2  # tiles in flight from global memory
+        for s in range(ahead):
+            self.copy_async(src=ga, dst=sa[s], offsets=[offset_m, s * bk])
+            self.copy_async(src=gb, dst=sb[s], offsets=[offset_n, s * bk])
+            self.copy_async_commit_group()
+        # The first loop refills a stage every iteration; the last `ahead` iterations have no tile left
+        # to fetch and commit empty groups, so the wait count stays the same (k_size is compile-time).
+        refilling = max(num_k - ahead, 0)
+        for refill in [True, False]:
+            for k in self.range(0, refilling) if refill else self.range(refilling, num_k):
+                self.copy_async_wait_group(ahead - 1)
+                self.fence_proxy_async()
+                self.sync()
+                if refill:
+                    tile = k + ahead
+                    self.copy_async(src=ga, dst=sa[tile % stages], offsets=[offset_m, tile * bk])
+                    self.copy_async(src=gb, dst=sb[tile % stages], offsets=[offset_n, tile * bk])
+                self.copy_async_commit_group()
+                self.wgmma_fence()
+                self.wgmma(sa[k % stages], sb[k % stages].transpose(), acc)
+                self.wgmma_commit_group()
+                self.wgmma_wait_group(1)
+        self.wgmma_wait_group(0)
+        self.copy_async_wait_all()
+        self.sync()
+        self.free_shared(sa)
+        self.free_shared(sb)
+        sc = self.shared_tensor(dtype=dtype, shape=[bm, bn])
+        self.store_shared(sc, acc.to(dtype))
+        self.sync()
+        self.store_global(gc, self.load_shared(sc), offsets=[offset_m, offset_n])

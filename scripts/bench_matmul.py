@@ -9,7 +9,10 @@ min_blocks), and the table says which configuration reached it; ``matmul()`` (th
 function, with its own configuration choice) gets a row too, noting the split count it chose.
 Shapes with m <= 128 also get ``MatmulSplitK`` rows: its configuration for m with each of
 ``--splits`` (those the k allows), to tune ``choose_splits`` in tilus_tvm/schedules/matmul_splitk.py.
-The seed's MatmulV0 runs at 4096^3 for reference. Results are checked against torch before
+The seed's MatmulV0 runs at 4096^3 for reference. On an H100 or H200 (m >= 64), every shape also runs
+with b stored [n, k] (``x @ w.t()``, the layout Hopper's ``wgmma`` reads): cuBLAS on ``a @ w.t()``,
+``MatmulWgmma`` at its best of ``--wgmma-configs``, and ``matmul(a, w.t())``; those rows' ratios are
+against that cuBLAS row. Results are checked against torch before
 timing; times are medians of CUDA events.
 Our Triton kernel is written for this benchmark in the style of Triton's matmul tutorial (grouped
 tile order, tl.dot, autotuned over the usual block configurations).
@@ -23,12 +26,15 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tests.helpers import load_tutorial  # noqa: E402
+from tilus_tvm.schedules import matmul as matmul_module  # noqa: E402
 from tilus_tvm.schedules.matmul import Matmul, matmul  # noqa: E402
+from tilus_tvm.schedules.matmul_sm90 import MatmulWgmma  # noqa: E402
 from tilus_tvm.schedules import matmul_splitk  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
 
 DEFAULT_SHAPES = ("4096x4096x4096,8192x8192x8192,1x4096x4096,16x14336x4096,128x4096x14336,"
                   "1024x28672x4096,4096x4096x14336,16x4096x14336,32x8192x28672")
+WGMMA_CONFIGS = "128,256,64,4 256,128,64,4 128,128,64,6 64,256,64,5"
 DEFAULT_CONFIGS = "128,256,64,8,3,1 128,256,64,8,4,1 128,256,32,8,4,1 128,128,32,4,4,1 64,128,64,4,4,1 16,128,64,4,4,1"
 
 
@@ -81,11 +87,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated MxNxK")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="space-separated bm,bn,bk,warps,stages,min_blocks")
+    parser.add_argument("--wgmma-configs", default=WGMMA_CONFIGS,
+                        help="space-separated bm,bn,bk,stages of MatmulWgmma (on an H100 or H200)")
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--every-config", action="store_true", help="a row for every configuration, not only the best")
     parser.add_argument("--splits", default="2,3,5,8,12", help="split counts tried for m <= 128")
     args = parser.parse_args()
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split()]
+    wgmma_configs = [tuple(int(v) for v in c.split(",")) for c in args.wgmma_configs.split()]
     triton_run = triton_matmul()
     lines = []
     for shape in args.shapes.split(","):
@@ -140,6 +149,29 @@ def main() -> None:
         if (m, n, k) == (4096, 4096, 4096):
             v0 = load_tutorial("04_matmul_v0").MatmulV0()
             row("seed MatmulV0", benchmark_func(lambda: v0(m, n, k, a, b, c), warmup=5, repeat=args.repeat))
+        if torch.cuda.get_device_capability() == (9, 0) and m >= 64:
+            # b stored [n, k] (w, as in x @ w.t()): the layout Hopper's wgmma reads; its own cuBLAS reference
+            w = b.t().contiguous()
+            cublas_ms = benchmark_func(lambda: torch.matmul(a, w.t(), out=c), warmup=5, repeat=args.repeat)
+            row("cuBLAS, b = w.t()", cublas_ms)
+            best = None
+            for config in wgmma_configs:
+                kernel = MatmulWgmma(*config)
+                c.fill_(float("nan"))
+                kernel(m, n, k, a, w, c)
+                torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
+                ms = benchmark_func(lambda: kernel(m, n, k, a, w, c), warmup=5, repeat=args.repeat)
+                if args.every_config:
+                    row("MatmulWgmma, b = w.t()", ms, "config " + ",".join(map(str, config)))
+                if best is None or ms < best[0]:
+                    best = (ms, config)
+            row("MatmulWgmma (best)", best[0], "config " + ",".join(map(str, best[1])))
+            c.fill_(float("nan"))
+            matmul(a, w.t(), out=c)
+            torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
+            chosen = type(matmul_module.kernel_for(m, torch.float16, "col", True, wgmma=True)).__name__
+            row("matmul(a, w.t())", benchmark_func(lambda: matmul(a, w.t(), out=c), warmup=5, repeat=args.repeat),
+                chosen)
     header = f"{'m':>5} {'n':>6} {'k':>6}  {'kernel':<24} {'ms':>9} {'TFLOP/s':>8} {'vs cuBLAS':>9}"
     print(f"device: {torch.cuda.get_device_name()}")
     print(header)

@@ -173,7 +173,9 @@ def main() -> None:
     logging.basicConfig(format="  %(message)s")
     logging.getLogger("tilus_tvm.relax").setLevel(logging.INFO)  # what DispatchKernels did, and why
     gpu = torch.cuda.is_available()
-    arch = "sm_{}{}".format(*torch.cuda.get_device_capability()) if gpu else "sm_90"
+    from tilus_tvm.target import current_arch
+
+    arch = current_arch() if gpu else "sm_90"  # the GPU's (sm_90a on an H100: wgmma matmuls), else Hopper
     directory = args.out or tempfile.mkdtemp(prefix="tilus_block_")
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "decoder_block.so")

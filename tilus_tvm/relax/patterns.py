@@ -157,7 +157,7 @@ def rewrite_matmul(context: DispatchContext, call: Any) -> Any:
         if value % VECTOR_ELEMENTS:
             raise NotDispatched(f"{name} = {value} is not a multiple of {VECTOR_ELEMENTS} (Matmul loads 16-byte rows)")
     rows = _rows(_dims(a_ty)[:-1])
-    kernel = kernel_for(_static(rows) or LARGE_M, dtype, layout, context.hopper)
+    kernel = kernel_for(_static(rows) or LARGE_M, dtype, layout, context.hopper, wgmma=context.arch == "sm_90a")
     a2 = _reshape(context, a, [rows, _dims(a_ty)[-1]], "tilus_rows")
     y = context.kernel(kernel, [rows, n, k, a2, weight], out=_output([rows, n], dtype))
     if a_ty.ndim == 2:

@@ -154,7 +154,9 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = No
     """``a @ b`` for float16 or bfloat16 CUDA tensors ``a`` [m, k] and ``b`` [k, n], into ``out`` (new if None).
 
     ``b`` may be row-major or the transpose of a row-major [n, k] tensor (``w.t()``, as in
-    ``x @ w.t()``); other strides are made contiguous first. The configuration comes from a small
+    ``x @ w.t()``); other strides are made contiguous first. On an H100 or H200 with ``b = w.t()`` and
+    at least ``WGMMA_MIN_ROWS`` rows it runs :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma`
+    (Hopper's ``wgmma``). Otherwise the configuration comes from a small
     table by ``m`` (measured on an H100; see ``scripts/bench_matmul.py``), or, with ``tune=True``
     (``None``: ``tilus_tvm.tune.configure(library=...)``), from the tuning database: the first call
     of a key (n, k, dtypes, layout, the GPU, m rounded up to a power of two) tunes ``Matmul``'s space.
@@ -191,7 +193,8 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = No
     elif use_tuned(tune, "matmul"):
         kernel = tuned_kernel(Matmul, b_layout=b_layout, dtype=bfloat16 if a.dtype == torch.bfloat16 else float16)
     else:
-        kernel = kernel_for(m, a.dtype, b_layout, a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9)
+        capability = torch.cuda.get_device_capability(a.device) if a.is_cuda else (0, 0)
+        kernel = kernel_for(m, a.dtype, b_layout, capability[0] >= 9, wgmma=capability == (9, 0))
     kernel(m, n, k, a.contiguous(), b_arg, out)
     return out
 
@@ -207,14 +210,28 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = No
 # 0.0834 ms). Rows 65-128 take them on Hopper; up to 64 rows keep 16-row blocks (twice the blocks).
 CONFIGS = ((128, (16, 128, 64, 4, 4, 1)), (None, (128, 256, 64, 8, 3, 1)))
 HOPPER_CONFIGS = ((64, (16, 128, 64, 4, 4, 1)), (128, (32, 128, 64, 4, 4, 1)), (None, (128, 256, 64, 8, 3, 1)))
+# With wgmma (sm_90a) and b stored [n, k], MatmulWgmma takes over from WGMMA_MIN_ROWS rows: 128 x 256
+# tiles of two warpgroups, four stages (scripts/bench_matmul.py).
+WGMMA_MIN_ROWS = 257
+WGMMA_CONFIG = (128, 256, 64, 4)
 _KERNELS: dict = {}
 
 
-def kernel_for(m: int, dtype: Any, b_layout: str = "row", hopper: bool = False) -> Matmul:
-    """The ``Matmul`` that :func:`matmul` uses for ``m`` rows (``hopper``: sm_90 or newer)."""
+def kernel_for(m: int, dtype: Any, b_layout: str = "row", hopper: bool = False, wgmma: bool = False) -> Any:
+    """The kernel :func:`matmul` uses for ``m`` rows: ``Matmul`` (``hopper``: sm_90 or newer, its
+    table), or -- ``wgmma``: an sm_90a target, b stored [n, k], at least ``WGMMA_MIN_ROWS`` rows --
+    :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma`. Both take ``(m, n, k, a, b, c)``."""
+    half = bfloat16 if "bfloat16" in str(dtype) else float16
+    if wgmma and b_layout == "col" and m >= WGMMA_MIN_ROWS:
+        from tilus_tvm.schedules.matmul_sm90 import MatmulWgmma
+
+        key = ("wgmma", WGMMA_CONFIG, str(half))
+        if key not in _KERNELS:
+            _KERNELS[key] = MatmulWgmma(*WGMMA_CONFIG, dtype=half)
+        return _KERNELS[key]
     table = HOPPER_CONFIGS if hopper else CONFIGS
     config = next(c for limit, c in table if limit is None or m <= limit)
     key = (config, str(dtype), b_layout)
     if key not in _KERNELS:
-        _KERNELS[key] = Matmul(*config, b_layout=b_layout, dtype=bfloat16 if "bfloat16" in str(dtype) else float16)
+        _KERNELS[key] = Matmul(*config, b_layout=b_layout, dtype=half)
     return _KERNELS[key]

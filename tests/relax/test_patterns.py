@@ -1,8 +1,8 @@
 """The rewrites of tilus_tvm/relax/patterns.py compute what the operators did.
 
 The kernels run only on a GPU, so here each kernel call is replaced by a stand-in: the same math in
-Relax operators on the arguments the kernel would get (rows, weights column-major, [B*H, S, D]
-attention operands, eps, scale). The dispatched module then runs on the CPU (llvm) and must agree
+Relax operators on the arguments the kernel would get (rows, weights column-major, [B, S, H, D]
+attention operands or one fused [B, S, 3H, D] QKV tensor, eps, scale). The dispatched module then runs on the CPU (llvm) and must agree
 with the original: what is checked is everything around the kernel -- flattening to rows, weight
 layout, permutations, reshapes back, scalar arguments.
 """
@@ -37,6 +37,14 @@ def stand_in(context: DispatchContext, kernel, args, out):
                                       axes=[-1], epsilon=eps)
     if isinstance(kernel, (Softmax, OnlineSoftmax)):
         return relax.op.nn.softmax(args[2])
+    if isinstance(kernel, FlashAttention) and kernel.heads:  # [B, S, H, D] operands, or one [B, S, 3H, D]
+        rows, seq_q, seq_k, scale_log2, q, k, v = args
+        assert abs(scale_log2 / LOG2E * kernel.head_dim ** 0.5 - 1) < 1e-6
+        if kernel.packed_qkv:
+            assert q.same_as(k) and k.same_as(v)
+            thirds = emit(relax.op.split(q, 3, axis=2))
+            q, k, v = (emit(relax.TupleGetItem(thirds, i)) for i in range(3))
+        return relax.op.nn.attention(q, k, v, causal_mask="TopLeft" if kernel.causal else None)
     if isinstance(kernel, FlashAttention):
         rows, seq_q, seq_k, scale_log2, q, k, v = args
 

@@ -144,8 +144,10 @@ def test_flash_attention_input_errors_name_the_argument():
         flash_attention(q, k[:, :2].contiguous(), v[:, :2].contiguous())
     with pytest.raises(LaunchError, match="head_dim .* must be one of"):
         flash_attention(*_qkv(d=96))
-    with pytest.raises(LaunchError, match="k must be contiguous"):
+    with pytest.raises(LaunchError, match="q, k and v must share one layout"):
         flash_attention(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
+    with pytest.raises(LaunchError, match="k must be contiguous .* or the .transpose"):
+        flash_attention(q, k[:, :, ::2], v[:, :, ::2])
     with pytest.raises(LaunchError, match="q must be float16 or bfloat16"):
         flash_attention(q.float(), k, v)
     with pytest.raises(LaunchError, match="q must be 4-D"):
@@ -196,6 +198,40 @@ def test_flash_attention_matches_torch(dtype, causal, head_dim, seq_q, seq_k):
     assert not out.isnan().any()
     tol = 2e-2 if dtype == torch.float16 else 4e-2
     torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
+
+
+def test_seq_major_layouts_compile_without_transposes():
+    """heads=H reads [batch, seq, H, d] rows (the row stride is H * d), packed_qkv the thirds of a QKV tensor."""
+    qkv = torch.empty(2, 100, 3 * 4, 128, dtype=torch.float16)
+    o = torch.empty(2, 100, 4, 128, dtype=torch.float16)
+    for kwargs, tensors in ((dict(heads=4), (o, o, o, o)), (dict(heads=4, packed_qkv=True), (qkv, qkv, qkv, o))):
+        ptx = FlashAttention(causal=True, **kwargs).compile(8, 100, 100, 0.1, *tensors, target="sm_90").ptx
+        assert count(ptx, "cp.async.cg.shared.global") > 0 and count(ptx, "mma.sync.aligned.m16n8k16") > 0
+    with pytest.raises(ScriptError, match="packed_qkv .* needs heads > 0"):
+        FlashAttention(packed_qkv=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq", [1, 77, 300])
+def test_seq_major_and_packed_qkv_match_torch(causal, seq):
+    """q, k, v as transposes of [B, S, H, D] tensors (flash_attention reads them in place), and the thirds of one
+    [B, S, 3, H, D] tensor (the kernel with packed_qkv), against SDPA."""
+    torch.manual_seed(seq)
+    batch, heads, d = 2, 3, 128
+    qkv = torch.randn(batch, seq, 3, heads, d, dtype=torch.float16, device="cuda")
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # [B, H, S, D] views, not contiguous
+    expected = reference(q, k, v, causal)
+    out = flash_attention(q.contiguous().transpose(1, 2).contiguous().transpose(1, 2),
+                          k.transpose(1, 2).contiguous().transpose(1, 2),
+                          v.transpose(1, 2).contiguous().transpose(1, 2), causal=causal)
+    assert out.transpose(1, 2).is_contiguous()  # written in the inputs' [B, S, H, D] layout
+    torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+    o = torch.full((batch, seq, heads, d), float("nan"), dtype=torch.float16, device="cuda")
+    packed = FlashAttention(head_dim=d, causal=causal, heads=heads, packed_qkv=True)
+    flat = qkv.view(batch, seq, 3 * heads, d)
+    packed(batch * heads, seq, seq, LOG2E / math.sqrt(d), flat, flat, flat, o)
+    torch.testing.assert_close(o.transpose(1, 2), expected, atol=2e-2, rtol=2e-2)
 
 
 def test_q_from_shared_memory_reloads_its_fragments_every_key_tile():

@@ -337,8 +337,9 @@ def _restore(context: DispatchContext, y: Any, ty: Any) -> Any:
 
 # --- attention ------------------------------------------------------------------------------------
 def rewrite_attention(context: DispatchContext, call: Any) -> Any:
-    """``R.nn.attention(q, k, v)`` on [B, S, H, D] -> ``FlashAttention`` on [B*H, S, D] (permuted there
-    and back: FlashAttention reads head-major rows)."""
+    """``R.nn.attention(q, k, v)`` on [B, S, H, D] -> ``FlashAttention`` reading and writing [B, S, H, D]
+    rows where they are (``heads=H``); when q, k and v are the thirds of one fused QKV tensor, it reads
+    that tensor (``packed_qkv``) and the split that made them is left for dead-code elimination."""
     from tilus_tvm.schedules.attention import HEAD_DIMS, flash_kernel_for
 
     if len(call.args) > 3:
@@ -369,17 +370,44 @@ def rewrite_attention(context: DispatchContext, call: Any) -> Any:
                             f"the causal mask at the top left")
     scale = float(call.attrs.scale.value) if call.attrs.scale is not None else 1.0 / math.sqrt(d)
     rows = _rows([batch, heads])
+    h = _static(heads)
+    packed = _packed_qkv(context, (q, k, v), h, d)
+    if packed is not None:  # q, k, v are thirds of one QKV tensor: the kernel reads it where it is
+        qkv = _reshape(context, packed, [batch, seq_q, tirx.IntImm("int64", 3 * h), head_dim], "tilus_qkv")
+        operands = [qkv, qkv, qkv]
+    else:
+        operands = [q, k, v]
+    kernel = flash_kernel_for(d, mask is not None, dtype, heads=h, packed_qkv=packed is not None)
+    return context.kernel(kernel, [rows, seq_q, seq_k, scale * LOG2E, *operands],
+                          out=_output([batch, seq_q, heads, head_dim], dtype))
 
-    def head_major(x: Any, seq: Any, name: str) -> Any:
-        permuted = context.emit(relax.op.permute_dims(x, [0, 2, 1, 3]), f"tilus_{name}_bhsd")
-        return _reshape(context, permuted, [rows, seq, head_dim], f"tilus_{name}_rows")
 
-    kernel = flash_kernel_for(d, mask is not None, dtype)
-    o = context.kernel(kernel, [rows, seq_q, seq_k, scale * LOG2E, head_major(q, seq_q, "q"),
-                                head_major(k, seq_k, "k"), head_major(v, seq_k, "v")],
-                       out=_output([rows, seq_q, head_dim], dtype))
-    o = _reshape(context, context.emit(o, "tilus_attention"), [batch, heads, seq_q, head_dim], "tilus_o_bhsd")
-    return relax.op.permute_dims(o, [0, 2, 1, 3])
+def _packed_qkv(context: DispatchContext, qkv: tuple, heads: int, head_dim: int) -> Optional[Any]:
+    """The tensor ``x`` when q, k and v are ``reshape(split(reshape(x, [b, s, 3, heads, head_dim]), 3,
+    axis=2)[i], [b, s, heads, head_dim])`` for i = 0, 1, 2 (a fused QKV projection, as the frontend's
+    attention modules write it), else None."""
+    split = None
+    for index, tensor in enumerate(qkv):
+        reshape = context.binding_of(tensor)
+        if not _is_op(reshape, "relax.reshape"):
+            return None
+        item = context.binding_of(reshape.args[0])
+        if not isinstance(item, relax.TupleGetItem) or item.index != index:
+            return None
+        if split is not None and not item.tuple_value.same_as(split):
+            return None
+        split = item.tuple_value
+    source = context.binding_of(split)
+    if not _is_op(source, "relax.split") or int(source.attrs.axis) != 2:
+        return None
+    sections = source.attrs.indices_or_sections
+    if not (isinstance(sections, tirx.IntImm) and sections.value == 3):
+        return None
+    five_d = source.args[0]
+    dims = _dims(five_d.ty)
+    if len(dims) != 5 or [_static(x) for x in dims[2:]] != [3, heads, head_dim]:
+        return None
+    return five_d
 
 
 PATTERNS: tuple[Pattern, ...] = (

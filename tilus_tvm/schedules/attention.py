@@ -1,7 +1,8 @@
 """``FlashAttention``: prefill attention ``softmax(q @ k^T * scale) @ v`` in float16 or bfloat16.
 
-Layout [batch, heads, seq, head_dim] (contiguous), head_dim 64 or 128; the query and key lengths may
-differ. Each block owns ``block_q`` query rows of one (batch, head); each of its warps owns
+Layout [batch, heads, seq, head_dim] (contiguous), or with ``heads=H`` [batch, seq, H, head_dim] as a QKV
+projection writes it (``packed_qkv``: q, k, v the thirds of one [batch, seq, 3, H, head_dim] tensor);
+head_dim 64 or 128; the query and key lengths may differ. Each block owns ``block_q`` query rows of one (batch, head); each of its warps owns
 ``block_q / warps`` of those rows, so every row of the score tile lives in one warp.
 
 Per key/value tile of ``block_kv`` rows (FlashAttention-2's online softmax, in base 2):
@@ -62,13 +63,24 @@ class FlashAttention(tilus.Script):
     ``out_chunk``: columns of the output accumulator per ``P @ v`` product; ``causal``: mask keys
     after the query (top-left aligned); ``dtype``: float16 or bfloat16 (q, k, v and o);
     ``q_in_registers``: keep q's fragments in registers for the whole kernel (else reload them from
-    shared memory for every key tile, which frees registers for taller blocks).
+    shared memory for every key tile, which frees registers for taller blocks); ``heads``: 0 for
+    [batch * heads, seq, head_dim] tensors, else the head count of [batch, seq, heads, head_dim]
+    tensors (torch's ``[B, S, H, D]``, as a QKV projection writes them: no transposes around the
+    kernel); ``packed_qkv`` (with ``heads``): q, k and v are the three thirds of one
+    [batch, seq, 3, heads, head_dim] tensor, passed three times.
     """
 
     def __init__(self, head_dim: int = 128, block_q: int = 64, block_kv: int = 64, warps: int = 4,
                  stages: int = 2, out_chunk: int = 32, causal: bool = False, dtype: Any = float16,
-                 q_in_registers: bool = True):
+                 q_in_registers: bool = True, heads: int = 0, packed_qkv: bool = False):
         super().__init__()
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads < 0:
+            raise ScriptError(f"FlashAttention: heads must be a non-negative int (0: [batch * heads, seq, head_dim] "
+                              f"tensors), got {heads!r}")
+        if packed_qkv and not heads:
+            raise ScriptError("FlashAttention: packed_qkv reads q, k and v from one [batch, seq, 3, heads, head_dim] "
+                              "tensor and needs heads > 0")
+        self.heads, self.packed_qkv = heads, bool(packed_qkv)
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
             raise ScriptError(f"FlashAttention: dtype must be float16 or bfloat16, got {dtype.name}")
@@ -101,20 +113,20 @@ class FlashAttention(tilus.Script):
         self.attrs.warps = self.warps
         bh = self.blockIdx.y
         q0: int32 = self.blockIdx.x * bq
-        gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
-        gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads, seq_k, d])
-        gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads, seq_k, d])
-        go = self.global_view(o_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        gq, gk, gv, go = self.views(batch_heads, seq_q, seq_k, q_ptr, k_ptr, v_ptr, o_ptr)
         sq = self.shared_tensor(dtype=dtype, shape=[bq, d])
         sk = self.shared_tensor(dtype=dtype, shape=[stages, bkv, d])
         sv = self.shared_tensor(dtype=dtype, shape=[stages, bkv, d])
         num_kv: int32 = self.utils.ceil_div(seq_k, bkv)
         if self.causal:  # the last key a row of this block sees is q0 + bq - 1
             num_kv = min(num_kv, self.utils.ceil_div(q0 + bq, bkv))
-        self.copy_async(src=gq, dst=sq, offsets=[bh, q0, 0])
+        q_at, q_dims = self.tile(bh, 0, q0)
+        self.copy_async(src=gq, dst=sq, offsets=q_at, dims=q_dims)
         for s in range(stages - 1):  # prologue: the first stages - 1 k/v tiles in flight (q joins group 0)
-            self.copy_async(src=gk, dst=sk[s], offsets=[bh, s * bkv, 0])
-            self.copy_async(src=gv, dst=sv[s], offsets=[bh, s * bkv, 0])
+            k_first, k_first_dims = self.tile(bh, 1, s * bkv)
+            self.copy_async(src=gk, dst=sk[s], offsets=k_first, dims=k_first_dims)
+            v_first, v_first_dims = self.tile(bh, 2, s * bkv)
+            self.copy_async(src=gv, dst=sv[s], offsets=v_first, dims=v_first_dims)
             self.copy_async_commit_group()
         self.copy_async_wait_group(stages - 2)
         self.sync()
@@ -134,8 +146,10 @@ class FlashAttention(tilus.Script):
             self.copy_async_wait_group(stages - 2)  # tile j has landed (redundant when j = 0) ...
             self.sync()  # ... and every thread is done with tile j - 1's stage
             ahead = j + stages - 1  # refill the stage tile j - 1 used
-            self.copy_async(src=gk, dst=sk[ahead % stages], offsets=[bh, ahead * bkv, 0])
-            self.copy_async(src=gv, dst=sv[ahead % stages], offsets=[bh, ahead * bkv, 0])
+            k_at, k_dims = self.tile(bh, 1, ahead * bkv)
+            self.copy_async(src=gk, dst=sk[ahead % stages], offsets=k_at, dims=k_dims)
+            v_at, v_dims = self.tile(bh, 2, ahead * bkv)
+            self.copy_async(src=gv, dst=sv[ahead % stages], offsets=v_at, dims=v_dims)
             self.copy_async_commit_group()
             s = self.register_tensor(dtype=float32, shape=[bq, bkv], init=0.0)
             # The fragments of the next 16 columns load before this product (and q's, when it is not
@@ -169,7 +183,37 @@ class FlashAttention(tilus.Script):
         self.copy_async_wait_all()  # the zero-filled copies past the last tile must land before exit
         inv_l = 1.0 / l
         for oc_index in list(range(d // oc)):
-            self.store_global(go, (acc[oc_index] * inv_l).to(dtype), offsets=[bh, q0, oc_index * oc])
+            o_at, o_dims = self.tile(bh, 3, q0, oc_index * oc)
+            self.store_global(go, (acc[oc_index] * inv_l).to(dtype), offsets=o_at, dims=o_dims)
+
+    def views(self, batch_heads, seq_q, seq_k, q_ptr, k_ptr, v_ptr, o_ptr):
+        """Global views of q, k, v and o: [batch * heads, seq, head_dim], or with ``heads``
+        [batch, seq, heads, head_dim] (q, k and v [batch, seq, 3 * heads, head_dim] when packed)."""
+        d, dtype, heads = self.head_dim, self.dtype, self.heads
+        if not heads:
+            return [self.global_view(ptr, dtype=dtype, shape=[batch_heads, seq, d])
+                    for ptr, seq in ((q_ptr, seq_q), (k_ptr, seq_k), (v_ptr, seq_k), (o_ptr, seq_q))]
+        batch = batch_heads // heads
+        width = 3 * heads if self.packed_qkv else heads
+        return [self.global_view(ptr, dtype=dtype, shape=[batch, seq, w, d])
+                for ptr, seq, w in ((q_ptr, seq_q, width), (k_ptr, seq_k, width), (v_ptr, seq_k, width),
+                                    (o_ptr, seq_q, heads))]
+
+    def tile(self, bh, operand: int, row, column: int = 0):
+        """``(offsets, dims)`` of the [rows, columns] tile of q, k, v or o (``operand`` 0 to 3) of head
+        ``bh`` (batch * heads + head) starting at sequence position ``row`` and ``column``."""
+        if not self.heads:
+            return [bh, row, column], None
+        head = bh % self.heads
+        if self.packed_qkv and 0 < operand < 3:  # k and v: the second and third thirds of the heads
+            head = head + operand * self.heads
+        return [bh // self.heads, row, head, column], [1, 3]
+
+
+def seq_major(t: Any) -> bool:
+    """Whether a [batch, heads, seq, head_dim] tensor is the transpose of a contiguous [batch, seq, heads,
+    head_dim] one (and not itself contiguous, as with one head or a length of 1)."""
+    return not t.is_contiguous() and t.transpose(1, 2).is_contiguous()
 
 
 def check_attention_inputs(fn: str, q: Any, k: Any, v: Any, names: tuple[str, str, str] = ("q", "k", "v")) -> None:
@@ -184,9 +228,10 @@ def check_attention_inputs(fn: str, q: Any, k: Any, v: Any, names: tuple[str, st
             raise LaunchError(f"{fn}: {name} must be 4-D [batch, heads, seq, head_dim], got shape {list(t.shape)}")
         if t.dtype not in (torch.float16, torch.bfloat16):
             raise LaunchError(f"{fn}: {name} must be float16 or bfloat16, got {t.dtype}")
-        if not t.is_contiguous():
-            raise LaunchError(f"{fn}: {name} must be contiguous (layout [batch, heads, seq, head_dim]), got "
-                              f"strides {list(t.stride())} for shape {list(t.shape)}; call .contiguous()")
+        if not (t.is_contiguous() or t.transpose(1, 2).is_contiguous()):
+            raise LaunchError(f"{fn}: {name} must be contiguous [batch, heads, seq, head_dim] or the .transpose(1, 2) "
+                              f"of a contiguous [batch, seq, heads, head_dim] tensor, got strides {list(t.stride())} "
+                              f"for shape {list(t.shape)}; call .contiguous()")
     for name, t in ((k_name, k), (v_name, v)):
         if t.dtype != q.dtype:
             raise LaunchError(f"{fn}: {name} has dtype {t.dtype}, {q_name} has {q.dtype}; they must match")
@@ -197,6 +242,9 @@ def check_attention_inputs(fn: str, q: Any, k: Any, v: Any, names: tuple[str, st
     if (q.shape[0], q.shape[1], q.shape[3]) != (k.shape[0], k.shape[1], k.shape[3]):
         raise LaunchError(f"{fn}: {q_name} {list(q.shape)} and {k_name} {list(k.shape)} must agree in batch, heads "
                           f"and head_dim")
+    if len({seq_major(t) for t in (q, k, v)}) > 1:
+        raise LaunchError(f"{fn}: {q_name}, {k_name} and {v_name} must share one layout: all contiguous "
+                          f"[batch, heads, seq, head_dim], or all transposes of [batch, seq, heads, head_dim]")
     if q.shape[3] not in HEAD_DIMS:
         raise LaunchError(f"{fn}: head_dim ({q_name}.shape[3]) must be one of {HEAD_DIMS}, got {q.shape[3]}")
     if 0 in q.shape or k.shape[2] == 0:
@@ -209,7 +257,8 @@ def flash_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optiona
 
     Like ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``:
     ``scale`` defaults to ``1 / sqrt(head_dim)``; q and k/v lengths may differ. float16 or bfloat16,
-    head_dim 64 or 128, contiguous tensors. Raises :class:`LaunchError` naming the bad argument.
+    head_dim 64 or 128, contiguous tensors or ``.transpose(1, 2)`` views of contiguous [batch, seq, heads,
+    head_dim] ones (read and written where they are). Raises :class:`LaunchError` naming the bad argument.
     ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) launches the configuration
     tuned for the shapes (lengths rounded up to powers of two) instead of the hand-picked one.
 
@@ -223,19 +272,26 @@ def flash_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optiona
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     if not scale > 0:
         raise LaunchError(f"flash_attention: scale must be positive, got {scale}")
+    transposed = seq_major(q)  # [B, S, H, D] memory: read and written in place, no copies
     if out is None:
-        out = torch.empty_like(q)
-    elif out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous():
-        raise LaunchError(f"flash_attention: out must be a contiguous {q.dtype} tensor of shape {list(q.shape)}, "
-                          f"got {out.dtype} {list(out.shape)}")
+        out = torch.empty(batch, seq_q, heads, head_dim, dtype=q.dtype, device=q.device).transpose(1, 2) \
+            if transposed else torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or seq_major(out) != transposed or \
+            not (out.is_contiguous() or out.transpose(1, 2).is_contiguous()):
+        raise LaunchError(f"flash_attention: out must be a {q.dtype} tensor of shape {list(q.shape)} in q's layout, "
+                          f"got {out.dtype} {list(out.shape)} with strides {list(out.stride())}")
+    layout = {"heads": heads} if transposed else {}
     if use_tuned(tune, "flash_attention"):
         kernel = tuned_kernel(FlashAttention, head_dim=head_dim, causal=bool(causal),
-                              dtype=bfloat16 if q.dtype == torch.bfloat16 else float16)
+                              dtype=bfloat16 if q.dtype == torch.bfloat16 else float16, **layout)
     else:
-        kernel = flash_kernel_for(head_dim, bool(causal), q.dtype)
+        kernel = flash_kernel_for(head_dim, bool(causal), q.dtype, **layout)
     bh = batch * heads
-    kernel(bh, seq_q, seq_k, scale * LOG2E, q.view(bh, seq_q, head_dim), k.view(bh, seq_k, head_dim),
-           v.view(bh, seq_k, head_dim), out.view(bh, seq_q, head_dim))
+    if transposed:
+        kernel(bh, seq_q, seq_k, scale * LOG2E, *(t.transpose(1, 2) for t in (q, k, v, out)))
+    else:
+        kernel(bh, seq_q, seq_k, scale * LOG2E, q.view(bh, seq_q, head_dim), k.view(bh, seq_k, head_dim),
+               v.view(bh, seq_k, head_dim), out.view(bh, seq_q, head_dim))
     return out
 
 
@@ -244,11 +300,15 @@ FLASH_CONFIGS = {64: (64, 64, 4, 2, 32), 128: (64, 64, 4, 2, 32)}
 _FLASH_KERNELS: dict = {}
 
 
-def flash_kernel_for(head_dim: int, causal: bool, dtype: Any) -> FlashAttention:
-    """The ``FlashAttention`` that :func:`flash_attention` uses."""
-    key = (head_dim, causal, str(dtype))
+def flash_kernel_for(head_dim: int, causal: bool, dtype: Any, heads: int = 0,
+                     packed_qkv: bool = False) -> FlashAttention:
+    """The ``FlashAttention`` that :func:`flash_attention` uses (``heads``, ``packed_qkv``: the
+    [batch, seq, heads, head_dim] layouts, for Relax's dispatch)."""
+    key = (head_dim, causal, str(dtype), heads, packed_qkv)
     if key not in _FLASH_KERNELS:
-        bq, bkv, warps, stages, oc, *q_in_registers = FLASH_CONFIGS[head_dim]
+        bq, bkv, warps, stages, oc, *rest = FLASH_CONFIGS[head_dim]
+        q_in_registers = rest[0] if rest else True
         _FLASH_KERNELS[key] = FlashAttention(head_dim, bq, bkv, warps, stages, oc, causal,
-                                             bfloat16 if "bfloat16" in str(dtype) else float16, *q_in_registers)
+                                             bfloat16 if "bfloat16" in str(dtype) else float16, q_in_registers,
+                                             heads=heads, packed_qkv=packed_qkv)
     return _FLASH_KERNELS[key]

@@ -9,10 +9,15 @@ one group of ``wgmma`` stays in flight while the next tile is waited for:
     iteration k:  wait for tile k (cp.async.wait_group), fence.proxy.async, __syncthreads
                   refill the stage of tile k + stages - 2 (its last reader, tile k - 2, is done:
                   every warpgroup waited for it before this barrier)
-                  wgmma.fence; wgmma over tile k; commit; wait until one group runs
+                  wgmma.fence; wgmma over tile k; commit; wait until one group of wgmma runs
+
+(Issuing the wgmma before the refill's copies measured 6% slower: 606 against 645 TFLOP/s at 4096^3
+on an H200.)
 
 So ``stages - 2`` tiles are in flight from global memory. The result is cast and stored through
-shared memory, masked at the edges: any M, N, K (K a multiple of 8, for 16-byte copies).
+shared memory, masked at the edges: any M, N, K (K a multiple of 8 for 16-byte copies; other K copy
+element by element). Blocks run in groups of ``group_m`` tiles along m (Triton's grouped order), so
+that the blocks in flight share rows of ``a`` and ``b`` in the L2.
 
     kernel = MatmulWgmma(block_m=128, block_n=256, block_k=64, stages=4)
     kernel(m, n, k, a, w, c)          # a [m, k], w [n, k], c [m, n]: c = a @ w.T
@@ -39,7 +44,7 @@ class MatmulWgmma(tilus.Script):
     """``c[m, n] = a[m, k] @ w[n, k].T`` with float32 accumulation (see the module docstring)."""
 
     def __init__(self, block_m: int = 128, block_n: int = 256, block_k: int = 64, stages: int = 4,
-                 dtype: Any = float16):
+                 dtype: Any = float16, group_m: int = 16):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -53,14 +58,25 @@ class MatmulWgmma(tilus.Script):
         if stages < 3:
             raise ScriptError(f"MatmulWgmma: stages must be at least 3 (one tile read by wgmma, one waited for, "
                               f"one in flight), got {stages}")
+        if group_m < 1:
+            raise ScriptError(f"MatmulWgmma: group_m must be at least 1, got {group_m}")
         self.block_m, self.block_n, self.block_k, self.stages, self.dtype = block_m, block_n, block_k, stages, dtype
+        self.group_m = group_m
 
     def __call__(self, m_size: int32, n_size: int, k_size: int, a_ptr: ~void, b_ptr: ~void, c_ptr: ~void):
         bm, bn, bk, stages, dtype = self.block_m, self.block_n, self.block_k, self.stages, self.dtype
-        self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(n_size, bn)]
+        blocks_m = self.utils.ceil_div(m_size, bm)
+        blocks_n = self.utils.ceil_div(n_size, bn)
+        self.attrs.blocks = [blocks_m * blocks_n]
         self.attrs.warps = bm // 16
-        offset_m: int32 = bm * self.blockIdx.x
-        offset_n: int32 = bn * self.blockIdx.y
+        # Grouped order: consecutive blocks sweep group_m tiles of m, then move along n, so a wave of
+        # blocks shares a few [bm, k] rows of a and [bn, k] rows of b in the L2 instead of streaming all of a.
+        per_group = self.group_m * blocks_n
+        first_m = self.blockIdx.x // per_group * self.group_m
+        rows = min(blocks_m - first_m, self.group_m)
+        within = self.blockIdx.x % per_group
+        offset_m: int32 = bm * (first_m + within % rows)
+        offset_n: int32 = bn * (within // rows)
         ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, k_size])
         gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size])
         gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])

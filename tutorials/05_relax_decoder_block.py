@@ -2,10 +2,12 @@
 
 The block is written with TVM's ``relax.frontend.nn`` as usual -- RMSNorm, causal multi-head
 attention (no KV cache, no rotary embedding), a SwiGLU MLP, all float16. One switch,
-``tilus_relax.enabled(arch)``, makes ``export_tvm`` hand back the module with its matmuls, norms
-and attention rewritten to tilus kernels (``DispatchKernels``; the log says what went where and
-why anything did not), and makes ``tvm.compile`` lower those kernels with the right TIR pipeline.
-The rest (split, SiLU, residual adds, transposes) stays on TVM's default path (dlight).
+``tilus_relax.enabled(arch)``, makes ``export_tvm`` hand back the module with its matmuls, norms,
+attention, residual adds and SwiGLU activation rewritten to tilus kernels (``DispatchKernels``; the
+log says what went where and why anything did not), and makes ``tvm.compile`` lower those kernels
+with the right TIR pipeline. Attention reads q, k and v straight out of the fused QKV projection,
+so the splits and transposes around it disappear; on an H100 or H200 (sm_90a) the matmuls use
+Hopper's ``wgmma``.
 
 ``tilus_relax.export`` writes the executable as one shared library whose CUDA code is a fatbin
 built by nvcc: a fresh process loads it with ``tilus_tvm.load`` (a ``relax.VirtualMachine``) in

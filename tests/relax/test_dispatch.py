@@ -65,14 +65,17 @@ def test_the_decoder_block_goes_to_tilus_kernels(caplog):
     done = [(d.op, d.pattern) for d in dispatch.decisions if d.dispatched]
     assert done == [("relax.nn.rms_norm", "rms_norm"), ("relax.matmul", "matmul"),
                     ("relax.nn.attention", "flash_attention"), ("relax.matmul", "matmul"),
-                    ("relax.nn.rms_norm", "rms_norm"), ("relax.matmul", "matmul"), ("relax.matmul", "matmul")]
+                    ("relax.add", "residual_add"), ("relax.nn.rms_norm", "rms_norm"), ("relax.matmul", "matmul"),
+                    ("relax.multiply", "swiglu"), ("relax.matmul", "matmul"), ("relax.add", "residual_add")]
     assert not [d for d in dispatch.decisions if not d.dispatched]
     text = mod.script()
-    for gone in ("R.matmul(", "R.nn.rms_norm(", "R.nn.attention(", "R.permute_dims(qkv_weight"):
+    for gone in ("R.matmul(", "R.nn.rms_norm(", "R.nn.attention(", "R.permute_dims(qkv_weight", "R.add(", "R.nn.silu(",
+                 "R.split("):  # the QKV split and the MLP's split are read in place by the kernels
         assert gone not in text
     names = sorted(gv.name_hint for gv in mod.get_global_vars())
     assert [re.sub(r"_[0-9a-f]{10}$", "", n) for n in names] == [
-        "forward", "tilus_flash_attention_float16"] + ["tilus_matmul_float16"] * 4 + ["tilus_rms_norm_float16"]
+        "forward", "tilus_flash_attention_float16"] + ["tilus_matmul_float16"] * 4 + [
+        "tilus_residual_add_float16", "tilus_rms_norm_float16", "tilus_swi_glu_float16"]
     assert re.search(r"rms_norm = relax.nn.rms_norm: dispatched to tilus_rms_norm_float16_\w+ \(rms_norm\)",
                      caplog.text)
     executable = tilus_relax.build(mod, "sm_90")  # a dynamic sequence length, compiled once

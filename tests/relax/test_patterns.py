@@ -14,6 +14,7 @@ from tvm import relax, tirx
 from tilus_tvm.relax import DispatchKernels
 from tilus_tvm.relax.dispatch import DispatchContext
 from tilus_tvm.schedules.attention import LOG2E, FlashAttention
+from tilus_tvm.schedules.elementwise import ResidualAdd, SwiGLU
 from tilus_tvm.schedules.matmul import Matmul
 from tilus_tvm.schedules.norms import LayerNorm, RMSNorm
 from tilus_tvm.schedules.softmax import OnlineSoftmax, Softmax
@@ -37,6 +38,12 @@ def stand_in(context: DispatchContext, kernel, args, out):
                                       axes=[-1], epsilon=eps)
     if isinstance(kernel, (Softmax, OnlineSoftmax)):
         return relax.op.nn.softmax(args[2])
+    if isinstance(kernel, ResidualAdd):
+        return relax.op.add(args[1], args[2])
+    if isinstance(kernel, SwiGLU):
+        halves = emit(relax.op.split(args[1], 2, axis=1))
+        gate, up = (emit(relax.TupleGetItem(halves, i)) for i in range(2))
+        return relax.op.multiply(emit(relax.op.nn.silu(gate)), up)
     if isinstance(kernel, FlashAttention) and kernel.heads:  # [B, S, H, D] operands, or one [B, S, 3H, D]
         rows, seq_q, seq_k, scale_log2, q, k, v = args
         assert abs(scale_log2 / LOG2E * kernel.head_dim ** 0.5 - 1) < 1e-6
@@ -73,7 +80,7 @@ def test_the_decoder_block_rewrites_compute_the_block(stand_ins):
     mod = small_block_module(batch=2, seq="seq")
     dispatch = DispatchKernels("sm_90")
     dispatched = dispatch(mod)
-    assert all(d.dispatched for d in dispatch.decisions) and len(dispatch.decisions) == 7
+    assert all(d.dispatched for d in dispatch.decisions) and len(dispatch.decisions) == 10
     rng = np.random.default_rng(0)
     shapes = [(256,), (768, 256), (256, 256), (256,), (1024, 256), (256, 512)]
     weights = [(1 + 0.1 * rng.standard_normal(s)) if len(s) == 1 else 0.05 * rng.standard_normal(s) for s in shapes]

@@ -22,7 +22,7 @@ def test_the_switch_dispatches_nn_exports_and_fixes_the_default_pipeline():
         assert tilus_relax.current() == "sm_90"
         mod, params = model.export_tvm(spec=spec)
         assert [name for name, _ in params][:2] == ["input_norm.weight", "qkv.weight"]
-        assert sum(is_tilus_kernel(f) for f in mod.functions.values()) == 6
+        assert sum(is_tilus_kernel(f) for f in mod.functions.values()) == 8
         names = kernel_names(tvm.compile(mod, target=tvm_target("sm_90")))  # TVM's default TIR pipeline
         assert any(n.startswith("tilus_flash_attention_float16_") for n in names)
     assert tilus_relax.current() is None

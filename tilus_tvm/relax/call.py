@@ -280,9 +280,33 @@ def lower_for_relax(kernel: Any, specs: list, binding: _Binding, arch: str) -> t
         except ScriptError as exc:
             raise RelaxError(f"call({cls}): the kernel does not compile for these arguments: {exc}") from exc
         name = function_name(type(kernel).kernel_name(), key, spec)
-        prim_func = prim_func.with_attr("global_symbol", name).with_attr(KERNEL_ATTR, True)
+        prim_func = wrap_in_root_block(prim_func).with_attr("global_symbol", name).with_attr(KERNEL_ATTR, True)
         _LOWERED[key] = (prim_func, lowered.abi)
     return _LOWERED[key]
+
+
+ROOT_BLOCK = "tilus_root"
+
+
+def wrap_in_root_block(func: Any) -> Any:
+    """``func`` with its body inside an empty root block (``with T.sblock("tilus_root")``), as Relax's
+    analyses expect of a PrimFunc: ``RewriteDataflowReshape`` asks every ``call_tir`` with one tensor
+    argument whether its PrimFunc is a reshape, and that analysis fails on a body that is not a block.
+    The ``"tilus"`` TIR pipeline unwraps it (:func:`unwrap_root_block`) before lowering."""
+    from tvm import s_tir
+
+    root = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], ROOT_BLOCK, func.body))
+    return func.with_body(root).with_attr("s_tir", True)  # a block body: the s_tir verifier's
+
+
+def unwrap_root_block(func: Any) -> Any:
+    """The inverse of :func:`wrap_in_root_block` (``func`` itself when it has no such block)."""
+    from tvm import s_tir
+
+    body = func.body
+    if isinstance(body, s_tir.SBlockRealize) and body.block.name_hint == ROOT_BLOCK:
+        return func.with_body(body.block.body).without_attr("s_tir")
+    return func
 
 
 def function_name(kernel_name: str, key: Any, spec: Any) -> str:

@@ -13,8 +13,14 @@ once lowered), calls the kernel through ``context.kernel`` and reshapes the resu
     relax.nn.layer_norm over the last axis, with gamma and beta              ->  LayerNorm
     relax.nn.rms_norm   over the last axis                                   ->  RMSNorm
     relax.nn.attention  [B, S, H, D] (BSHD), D 64 or 128, equal head counts,
-                        no bias or window, causal top-left (or equal lengths) ->  FlashAttention over
-                                                                               [B*H, S, D] (permute_dims)
+                        no bias or window, causal top-left (or equal lengths) ->  FlashAttention on the
+                                                                               [B, S, H, D] rows in place
+                                                                               (or the fused QKV tensor)
+    relax.add           two tensors of one shape (a residual), static last dim ->  ResidualAdd
+    relax.multiply      silu(g) * u, g and u the halves of one split(x, 2, -1) ->  SwiGLU (reads x once)
+
+On sm_90a (an H100 or H200) the matmul of ``permute_dims(w)`` from 257 rows (or symbolic rows) is
+MatmulWgmma (Hopper's wgmma) instead of Matmul.
 
 Adding a kernel is one :class:`Pattern` here (or ``DispatchKernels(patterns=PATTERNS + (mine,))``).
 Patterns of one operator are tried in order; ``NotApplicable`` passes silently to the next.
@@ -410,6 +416,62 @@ def _packed_qkv(context: DispatchContext, qkv: tuple, heads: int, head_dim: int)
     return five_d
 
 
+# --- elementwise ----------------------------------------------------------------------------------
+def rewrite_add(context: DispatchContext, call: Any) -> Any:
+    """``R.add(x, y)`` of two tensors of one shape (a residual connection) -> ``ResidualAdd`` over rows."""
+    from tilus_tvm.schedules.elementwise import elementwise_kernel_for
+
+    x, y = call.args
+    x_ty = getattr(x, "ty", None)
+    y_ty = getattr(y, "ty", None)
+    if not isinstance(x_ty, relax.TensorType) or not isinstance(y_ty, relax.TensorType) or x_ty.ndim < 1:
+        raise NotApplicable()
+    if x_ty.ndim != y_ty.ndim or not all(_same_dim(a, b) for a, b in zip(_dims(x_ty), _dims(y_ty))):
+        raise NotApplicable()  # a broadcast (a bias, a scalar): TVM's path fuses those with their producer
+    x_ty, dtype, n = _row_input(call, "x")
+    if _dtype(y_ty) != dtype:
+        raise NotDispatched(f"x is {dtype} and y {_dtype(y_ty)}; ResidualAdd takes one dtype")
+    rows = _rows(_dims(x_ty)[:-1]) if x_ty.ndim > 1 else tirx.IntImm("int64", 1)
+    x2 = _reshape(context, x, [rows, n], "tilus_rows")
+    y2 = _reshape(context, y, [rows, n], "tilus_rows")
+    out = context.kernel(elementwise_kernel_for("add", n, dtype), [rows, x2, y2], out=_output([rows, n], dtype))
+    return _restore(context, out, x_ty)
+
+
+def rewrite_swiglu(context: DispatchContext, call: Any) -> Any:
+    """``R.multiply(R.nn.silu(g), u)`` with ``g, u = R.split(x, 2, axis=-1)`` (a gated MLP's activation) ->
+    ``SwiGLU`` reading ``x`` once."""
+    from tilus_tvm.schedules.elementwise import elementwise_kernel_for
+
+    silu_var, up = call.args
+    silu = context.binding_of(silu_var)
+    if not _is_op(silu, "relax.nn.silu"):
+        raise NotApplicable()
+    halves = [context.binding_of(silu.args[0]), context.binding_of(up)]
+    if not all(isinstance(h, relax.TupleGetItem) for h in halves) or [h.index for h in halves] != [0, 1] or \
+            not halves[0].tuple_value.same_as(halves[1].tuple_value):
+        raise NotApplicable()
+    split = context.binding_of(halves[0].tuple_value)
+    if not _is_op(split, "relax.split"):
+        raise NotApplicable()
+    x = split.args[0]
+    x_ty = _tensor(x, "x")
+    sections = split.attrs.indices_or_sections
+    if not (isinstance(sections, tirx.IntImm) and sections.value == 2) or int(split.attrs.axis) not in (-1, x_ty.ndim - 1):
+        raise NotApplicable()
+    dtype = _dtype(x_ty)
+    if dtype not in ROW_DTYPES:
+        raise NotDispatched(f"dtype {dtype}: SwiGLU takes float16, bfloat16 or float32")
+    width = _static_last(x_ty, "x")
+    if width % 2:
+        raise NotApplicable()
+    rows = _rows(_dims(x_ty)[:-1]) if x_ty.ndim > 1 else tirx.IntImm("int64", 1)
+    x2 = _reshape(context, x, [rows, width], "tilus_rows")
+    out = context.kernel(elementwise_kernel_for("swiglu", width // 2, dtype), [rows, x2],
+                         out=_output([rows, width // 2], dtype))
+    return _restore(context, out, _tensor(silu_var, "silu(gate)"))
+
+
 PATTERNS: tuple[Pattern, ...] = (
     Pattern("dequantize_matmul", "relax.matmul", "tilus_tvm.schedules.quantized_matmul", rewrite_dequantize_matmul),
     Pattern("matmul", "relax.matmul", "tilus_tvm.schedules.matmul", rewrite_matmul),
@@ -417,4 +479,6 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("layer_norm", "relax.nn.layer_norm", "tilus_tvm.schedules.norms", rewrite_layer_norm),
     Pattern("rms_norm", "relax.nn.rms_norm", "tilus_tvm.schedules.norms", rewrite_rms_norm),
     Pattern("flash_attention", "relax.nn.attention", "tilus_tvm.schedules.attention", rewrite_attention),
+    Pattern("residual_add", "relax.add", "tilus_tvm.schedules.elementwise", rewrite_add),
+    Pattern("swiglu", "relax.multiply", "tilus_tvm.schedules.elementwise", rewrite_swiglu),
 )

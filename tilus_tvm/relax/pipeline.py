@@ -6,7 +6,9 @@ pool through typed buffers (StorageRewrite retypes the pool; CompactBufferAlloca
 while TVM's ``"tirx"`` pipeline compiles those right but not the block-based dlight kernels. The
 ``"tilus"`` TIR pipeline registered here splits the module: PrimFuncs marked ``tilus.kernel`` (see
 :mod:`tilus_tvm.relax.call`) go through ``"tirx"``, every other one through ``"s_tir"`` exactly as
-before, and the results are merged (the finalisation passes of the two are the same)::
+before, and the results are merged (the finalisation passes of the two are the same). Kernels reach
+it inside an empty root block, which Relax's analyses need; it is removed first
+(:func:`tilus_tvm.relax.call.wrap_in_root_block`)::
 
     ex = tvm.compile(mod, target, tir_pipeline="tilus")        # after importing tilus_tvm.relax
     ex = tilus_tvm.relax.build(mod, "sm_90")                    # the same, plus the target from "sm_90"
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tilus_tvm.relax.call import KERNEL_ATTR
+from tilus_tvm.relax.call import KERNEL_ATTR, unwrap_root_block
 
 TIR_PIPELINE = "tilus"
 
@@ -35,6 +37,7 @@ def split_pipeline(tilus_pipeline: Any, other_pipeline: Any) -> Any:
         if not ours:
             return other_pipeline(mod)
         rest = {gv: f for gv, f in mod.functions.items() if gv not in ours}
+        ours = {gv: unwrap_root_block(f) for gv, f in ours.items()}
         merged = tilus_pipeline(tvm.IRModule(ours, attrs=mod.attrs))
         if rest:
             merged.update(other_pipeline(tvm.IRModule(rest, attrs=mod.attrs)))

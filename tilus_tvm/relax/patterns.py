@@ -335,10 +335,12 @@ def rewrite_layer_norm(context: DispatchContext, call: Any) -> Any:
 
 
 def _restore(context: DispatchContext, y: Any, ty: Any) -> Any:
-    """``y`` [rows, n] back to the shape of ``ty``."""
+    """``y`` [rows, n] back to the shape of ``ty``, as a view (``R.memory.view``): when the result is the
+    function's output, an ``R.reshape`` would become a copy kernel (RewriteDataflowReshape turns only
+    reshapes bound inside a dataflow block into views)."""
     if ty.ndim == 2:
         return y
-    return _reshape(context, context.emit(y, "tilus_y"), _dims(ty), "tilus_out")
+    return relax.op.memory.view(context.emit(y, "tilus_y"), _dims(ty))
 
 
 # --- attention ------------------------------------------------------------------------------------

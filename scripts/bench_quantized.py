@@ -50,6 +50,8 @@ QUICK = [(1, 8192, 28672), (16, 8192, 28672)]
 ROUNDS = 3  # medians of 30 calls each; the best is reported
 WARM_SECONDS = 0.2  # the call replays this long before it is timed
 SPLIT_REDUCE = "serial"  # --split-reduce: how the table's split-K partial sums are added up
+# the table's wgmma rows (from 49 rows) exist on an sm_90a GPU only: quantized_matmul() picks them there
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
 def timed(fn, repeat: int = 30, warmup: int = 3) -> float:
@@ -150,7 +152,7 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     a = torch.randn(m, w.packed.k, device="cuda").half()
     out = torch.empty(m, w.packed.n, dtype=torch.float16, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    chosen = config or replace(choose_config(m, w.packed.format, sms), split_reduce=SPLIT_REDUCE)
+    chosen = config or replace(choose_config(m, w.packed.format, sms, wgmma=HOPPER), split_reduce=SPLIT_REDUCE)
     if tune:
         call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, tune=True)  # noqa: E731
     else:
@@ -221,7 +223,8 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
     of weights in flight."""
     w = Weights(weight_type, k, n)
     results = []
-    table = choose_config(m, w.packed.format, torch.cuda.get_device_properties(0).multi_processor_count)
+    table = choose_config(m, w.packed.format, torch.cuda.get_device_properties(0).multi_processor_count,
+                          wgmma=HOPPER)
     table = replace(table, split_reduce=SPLIT_REDUCE)
     candidates = [replace(table, warps=warps, units_per_warp=units, split_k=split)
                   for warps in (1, 2, 4, 8) for units in (1, 2, 4) for split in (1, 2, 4)

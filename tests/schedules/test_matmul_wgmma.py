@@ -1,5 +1,7 @@
 """Hopper's wgmma: the accumulator layout against PTX's table, operand descriptors, what the kernel
 compiles to (CPU, sm_90a PTX), the errors, and ``MatmulWgmma``'s results on the GPU."""
+import re
+
 import pytest
 import torch
 
@@ -121,7 +123,7 @@ def test_probe_compiles():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(warps=8), "8 warps make 2 warpgroups of 64 rows; use attrs.warps = 4"),
+    (dict(warps=8), r"8 warps make 2 warpgroups of 64 rows \(m must be 128\); use attrs.warps = 4"),
     (dict(b_transposed=False), "not K-major"),
     (dict(m=32, warps=2), "m=32 must be a multiple of 64"),
     (dict(n=264), "n=264 must be a multiple of 8 from 8 to 256"),
@@ -159,3 +161,52 @@ def test_bfloat16_results():
     c = torch.empty(256, 384, dtype=torch.bfloat16, device="cuda")
     MatmulWgmma(128, 128, 64, 4, dtype="bfloat16")(256, 384, 512, a, w, c)
     torch.testing.assert_close(c.float(), a.float() @ w.float().t(), rtol=1e-2, atol=0.3)
+
+
+class RegisterA(tilus.Script):
+    """acc = a @ b.T with a loaded into registers (wgmma's register-A form) and b [n, k] in shared memory."""
+
+    def __init__(self, m, n, k, warps):
+        super().__init__()
+        self.m, self.n, self.k, self.warps = m, n, k, warps
+
+    def __call__(self, a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = self.warps
+        ga = self.global_view(a_ptr, dtype=float16, shape=[self.m, self.k])
+        gb = self.global_view(b_ptr, dtype=float16, shape=[self.n, self.k])
+        gc = self.global_view(c_ptr, dtype=float32, shape=[self.m, self.n])
+        sb = self.shared_tensor(dtype=float16, shape=[self.n, self.k])
+        self.copy_async(src=gb, dst=sb, offsets=[0, 0])
+        self.copy_async_wait_all()
+        self.fence_proxy_async()
+        self.sync()
+        a = self.load_global(ga, offsets=[0, 0], shape=[self.m, self.k])
+        acc = self.register_tensor(dtype=float32, shape=[self.m, self.n], init=0.0)
+        self.wgmma_fence()
+        self.wgmma(a, sb.transpose(), acc)
+        self.wgmma_commit_group()
+        self.wgmma_wait_group(0)
+        self.store_global(gc, acc, offsets=[0, 0])
+
+
+REGISTER_A_SHAPES = [(128, 64, 32, 4), (128, 128, 64, 8), (64, 256, 16, 4), (256, 32, 64, 8)]
+
+
+@pytest.mark.parametrize("m, n, k, warps", REGISTER_A_SHAPES)
+def test_register_a_compiles_to_the_register_form(m, n, k, warps):
+    z = torch.zeros(256, 256, dtype=torch.float16)
+    code = RegisterA(m, n, k, warps).compile(z, z, z.float(), target="sm_90a").ptx
+    forms = re.findall(rf"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 \{{[^}}]*\}}, \{{", code)
+    assert len(forms) == m // (16 * warps) * k // 16  # one a warpgroup issues per atom row and k step
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k, warps", REGISTER_A_SHAPES)
+def test_register_a_results(m, n, k, warps):
+    torch.manual_seed(m + n + k)
+    a = torch.randn(m, k, dtype=torch.float16, device="cuda")
+    b = torch.randn(n, k, dtype=torch.float16, device="cuda")
+    c = torch.full((m, n), float("nan"), device="cuda")
+    RegisterA(m, n, k, warps)(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float().t(), rtol=1e-3, atol=1e-3 * k)

@@ -238,3 +238,27 @@ def test_bad_input_is_refused_before_launch():
     with pytest.raises(LaunchError, match="config must be a tilus_tvm.schedules.quantized_matmul.Config"):
         quantized_matmul(a, packed, scales, config=(4, 2, 8))
 
+
+
+def test_wgmma_rows_of_the_table():
+    fmt = WeightFormat(dtypes.uint4b, 4096, 4096, 128)
+    assert not choose_config(48, fmt, 132, wgmma=True).warpgroup_mma
+    assert not choose_config(256, fmt, 132).warpgroup_mma  # not without sm_90a
+    small, large = choose_config(64, fmt, 132, wgmma=True), choose_config(256, fmt, 132, wgmma=True)
+    assert small.warpgroup_mma and small.block_m == 64 and large.block_m == 128 and large.split_k == 1
+    three_bit = WeightFormat(dtypes.int3b, 4096, 4096, 32)  # units of two 16-channel blocks
+    assert choose_config(64, three_bit, 132, wgmma=True).units_per_warp == 2
+
+
+@pytest.mark.parametrize("name,group", [("uint4b", 128), ("float8_e4m3", None), ("int3b", 32)])
+def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
+    fmt = WeightFormat(dtypes.as_dtype(name), 1024, 512, group or 1024)
+    config = choose_config(256, fmt, 132, wgmma=True)
+    _, compiled = compile_kernel(fmt, 256, config, target="sm_90a")
+    code = ptx(compiled, "sm_90a")
+    n = config.block_m
+    assert re.search(rf"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 \{{[^}}]*\}}, \{{", code)
+    assert "mma.sync" not in code and "wgmma.wait_group.sync.aligned 0" in code
+    with pytest.raises(ScriptError, match="warpgroup_mma needs whole warpgroups"):
+        QuantizedMatmul(fmt, warps=2, units_per_warp=config.units_per_warp, stage_activations=True, scale_weights=True,
+                        warpgroup_mma=True)

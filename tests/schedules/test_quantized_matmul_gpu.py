@@ -78,3 +78,21 @@ def test_serial_split_reduction(m, k, n, split):
     config = Config(block_m=8 if m <= 8 else 16, prefetch=2, split_k=split, split_reduce="serial")
     for seed in (0, 1):
         check("uint4b", m, k, n, 128, seed=seed, config=config)
+
+
+# Hopper's register-A wgmma: converted weights stay in registers as A, staged activations are B
+WARPGROUP_MMA = Config(warps=8, units_per_warp=1, block_m=128, stage_activations=True, stages=3, scale_weights=True,
+                       warpgroup_mma=True)
+
+
+@pytest.mark.parametrize("name,m,group,zero_points,dtype,units,block_m", [
+    ("uint4b", 256, 128, False, torch.float16, 1, 256), ("int4b", 100, 64, False, torch.bfloat16, 1, 128),
+    ("uint2b", 130, 32, False, torch.float16, 1, 64), ("float8_e4m3", 64, None, False, torch.float16, 2, 64),
+    ("int3b", 77, 32, True, torch.float16, 2, 128), ("uint8", 300, 128, True, torch.float16, 1, 256)])
+def test_warpgroup_mma(name, m, group, zero_points, dtype, units, block_m):
+    from dataclasses import replace
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs an sm_90a GPU (H100, H200)")
+    check(name, m, 512, 300, group, zero_points=zero_points, dtype=dtype,
+          config=replace(WARPGROUP_MMA, units_per_warp=units, block_m=block_m))

@@ -1,7 +1,8 @@
 """``Wgmma``: ``acc += a @ b`` by Hopper's ``wgmma.mma_async`` from shared memory, and its fences.
 
-Configure: every warpgroup (4 warps) computes 64 rows of the product, so ``m`` must be 16 times the
-block's warps. Layout rule: the accumulator has ``wgmma``'s register layout, which is ``dot``'s
+Configure: every warpgroup (4 warps) computes 64 rows of the product at a time: with ``a`` in shared
+memory ``m`` must be 16 times the block's warps; with ``a`` in registers (the ``mma.sync`` A fragments
+of ``dot``'s tiling, warps stacked along m) a multiple of it, one ``wgmma`` per 16 rows a warp holds. Layout rule: the accumulator has ``wgmma``'s register layout, which is ``dot``'s
 mma layout with one m16n8 atom row a warp (warps stacked along m) and ``n / 8`` atoms along n
 (:func:`accumulator_layout`); layout inference converts an accumulator that arrives in another one.
 
@@ -34,7 +35,7 @@ from tilus_tvm.intrin import wgmma as ptx
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.inst import DotConfig
 from tilus_tvm.ir.stmt import instructions
-from tilus_tvm.ir.tensor import SharedTensor
+from tilus_tvm.ir.tensor import RegisterTensor, SharedTensor
 from tilus_tvm.layout.atoms import get_mma_atom
 from tilus_tvm.layout.register import RegisterLayout
 from tilus_tvm.layout.shared import SharedLayout, shared_row_major
@@ -45,12 +46,29 @@ WARPGROUP = 4  # warps
 ROWS_PER_WARPGROUP = 64
 
 
-def accumulator_layout(m: int, n: int) -> RegisterLayout:
-    """The register layout of a float32 [m, n] ``wgmma`` accumulator over ``m / 16`` warps."""
+def wgmma_config(m: int, n: int, k: int, warps: int, dtype: str = "float16") -> DotConfig:
+    """The register tiling of a [m, k] @ [k, n] ``wgmma`` over ``warps`` warps: ``dot``'s mma tiling with
+    the warps stacked along m, each ``m / (16 warps)`` atom rows of 16 (one ``wgmma`` per warpgroup and
+    atom row, ``n / 8`` atoms along n) and ``k / 16`` steps."""
+    atom = get_mma_atom(dtype, dtype, "float32", k=16)
+    return DotConfig("mma", atom, warps, 1, 1, m // (atom.m * warps), n // atom.n, k // atom.k)
+
+
+def accumulator_layout(m: int, n: int, warps: Optional[int] = None) -> RegisterLayout:
+    """The register layout of a float32 [m, n] ``wgmma`` accumulator over ``warps`` warps (default
+    ``m / 16``: one atom row a warp)."""
     from tilus_tvm.instructions.dot import dot_layouts
 
-    atom = get_mma_atom("float16", "float16", "float32", k=16)
-    return dot_layouts(DotConfig("mma", atom, m // atom.m, 1, 1, 1, n // atom.n, 1))[2]
+    return dot_layouts(wgmma_config(m, n, 16, warps or m // 16))[2]
+
+
+def _layouts(inst: ir.Wgmma, warps: int) -> tuple:
+    """(a's layout or None for a shared a, the accumulator's layout)."""
+    from tilus_tvm.instructions.dot import dot_layouts
+
+    (m, k), n = inst.a.shape, inst.c.shape[1]
+    a, _, c = dot_layouts(wgmma_config(m, n, k, warps, inst.a.dtype.name))
+    return (a if isinstance(inst.a, RegisterTensor) else None), c
 
 
 def _check_target(arch: str, op: str) -> None:
@@ -61,13 +79,21 @@ def _check_target(arch: str, op: str) -> None:
 
 def configure_wgmma(inst: ir.Wgmma, func) -> None:
     m, n = inst.c.shape
-    if func.warps % WARPGROUP or m != func.warps // WARPGROUP * ROWS_PER_WARPGROUP:
-        raise CompileError(f"wgmma: acc has m={m} rows, but the block's {func.warps} warps make "
-                           f"{func.warps / WARPGROUP:g} warpgroups of {ROWS_PER_WARPGROUP} rows; use "
-                           f"attrs.warps = {m // ROWS_PER_WARPGROUP * WARPGROUP} (4 warps per 64 rows)")
-    layout = accumulator_layout(m, n)
-    set_layout(inst.c, layout)
-    set_layout(inst.output, layout)
+    groups = func.warps / WARPGROUP
+    in_registers = isinstance(inst.a, RegisterTensor)
+    rows = func.warps // WARPGROUP * ROWS_PER_WARPGROUP
+    if func.warps % WARPGROUP or (m % rows if in_registers else m != rows):
+        need = f"a multiple of {rows}" if in_registers else f"{rows}"
+        raise CompileError(f"wgmma: acc has m={m} rows, but the block's {func.warps} warps make {groups:g} warpgroups "
+                           f"of {ROWS_PER_WARPGROUP} rows (m must be {need}); use attrs.warps = "
+                           f"{m // ROWS_PER_WARPGROUP * WARPGROUP} (4 warps per 64 rows)"
+                           + (", or a multiple of 4 dividing that, with a in registers" if in_registers else ""))
+    inst.warps = func.warps
+    a_layout, c_layout = _layouts(inst, func.warps)
+    if a_layout is not None:
+        set_layout(inst.a, a_layout)
+    set_layout(inst.c, c_layout)
+    set_layout(inst.output, c_layout)
 
 
 def _k_dim(tensor: SharedTensor, inst: ir.Wgmma) -> int:
@@ -83,11 +109,6 @@ def operand_layout(root: SharedTensor) -> SharedLayout:
         raise CompileError(f"wgmma: {root.describe()} has rows of {pitch} bytes along k; wgmma's K-major operands "
                            f"need rows of 32, 64 or 128 bytes (a k extent of 16, 32 or 64 for 16-bit types)")
     return shared_row_major(*root.shape).swizzled(Swizzle((pitch // 16).bit_length() - 1, 3, 3))
-
-
-def shared_layouts_wgmma(inst: ir.Wgmma) -> list:
-    """(root, layout) of each operand: the layout inference gives a root created without one."""
-    return [(tensor.root, operand_layout(tensor.root)) for tensor in (inst.a, inst.b)]
 
 
 def descriptor_bits(inst: ir.Wgmma, tensor: SharedTensor, func) -> tuple[int, int]:
@@ -132,6 +153,9 @@ def emit_wgmma(ctx: CodegenContext, inst: ir.Wgmma) -> None:
     _check_target(ctx.func.arch, "wgmma")
     if inst.output is not inst.c:
         raise CompileError("wgmma: the accumulator is updated in place (output must be c)")
+    if isinstance(inst.a, RegisterTensor):
+        _emit_register_a(ctx, inst)
+        return
     acc = ctx.reg(inst.output)
     (m, k), n = inst.a.shape, inst.b.shape[1]
     a_bits, a_rows = descriptor_bits(inst, inst.a, ctx.func)
@@ -145,6 +169,23 @@ def emit_wgmma(ctx: CodegenContext, inst: ir.Wgmma) -> None:
         a_ptr = tirx.address_of(a_view[a_base + step * 16])
         b_ptr = tirx.address_of(b_view[b_base + step * 16])
         Tb.evaluate(ptx.emit_mma(n, inst.a.dtype.name, acc, a_ptr, a_bits, b_ptr, b_bits))
+
+
+def _emit_register_a(ctx: CodegenContext, inst: ir.Wgmma) -> None:
+    """One register-A ``wgmma`` per warpgroup, atom row and 16-wide k step: the A registers of atom row
+    ``mi``, step ``ki`` start at slot ``(mi * repeat_k + ki) * 8`` (``dot``'s order) and its accumulator
+    rows at ``mi * repeat_n * 4``, as the PTX fragments run."""
+    (m, k), n = inst.a.shape, inst.b.shape[1]
+    config = wgmma_config(m, n, k, ctx.func.warps, inst.a.dtype.name)
+    acc, a = ctx.reg(inst.output), ctx.reg(inst.a)
+    b_bits, _ = descriptor_bits(inst, inst.b, ctx.func)
+    b_view, b_base = ctx.view(inst.b.root), inst.b.element_offset()
+    a_size, c_size = config.atom.a_layout.local_size, config.atom.c_layout.local_size
+    for ki in range(config.repeat_k):
+        b_ptr = tirx.address_of(b_view[b_base + ki * 16])
+        for mi in range(config.repeat_m):
+            Tb.evaluate(ptx.emit_mma_rs(n, inst.a.dtype.name, tirx.address_of(acc[mi * config.repeat_n * c_size]),
+                                        tirx.address_of(a[(mi * config.repeat_k + ki) * a_size]), b_ptr, b_bits))
 
 
 def emit_wgmma_fence(ctx: CodegenContext, inst: ir.WgmmaFence) -> None:
@@ -165,12 +206,18 @@ def emit_wgmma_commit_group(ctx: CodegenContext, inst: ir.WgmmaCommitGroup) -> N
 
 
 def _required(inst: ir.Wgmma) -> list:
-    layout = accumulator_layout(*inst.c.shape)
-    return [(inst.c, layout)]
+    a_layout, c_layout = _layouts(inst, inst.warps)
+    return [(inst.c, c_layout)] + ([(inst.a, a_layout)] if a_layout is not None else [])
 
 
 def _produced(inst: ir.Wgmma) -> Optional[RegisterLayout]:
-    return accumulator_layout(*inst.c.shape)
+    return inst.c.layout
+
+
+def shared_layouts_wgmma(inst: ir.Wgmma) -> list:
+    """(root, layout) of each shared operand: the layout inference gives a root created without one."""
+    return [(tensor.root, operand_layout(tensor.root)) for tensor in (inst.a, inst.b)
+            if isinstance(tensor, SharedTensor)]
 
 
 register(ir.Wgmma, FAMILY, emit=emit_wgmma, configure=configure_wgmma, required=_required, produced=_produced,

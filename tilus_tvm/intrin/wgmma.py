@@ -42,12 +42,13 @@ _FENCES = {
     "tilus_fence_proxy_async": "fence.proxy.async.shared::cta;",
 }
 
-DESCRIPTOR_SOURCE = (
+DESCRIPTOR_SOURCE = (  # guarded: every wgmma variant's source carries it
+    "#ifndef TILUS_WGMMA_DESCRIPTOR\n#define TILUS_WGMMA_DESCRIPTOR\n"
     "__device__ __forceinline__ unsigned long long tilus_wgmma_descriptor(const void* smem, "
     "unsigned long long fixed) {\n"
     "  unsigned address = (unsigned)__cvta_generic_to_shared(smem);\n"
     "  return fixed | (unsigned long long)((address & 0x3FFFF) >> 4);\n"
-    "}\n")
+    "}\n#endif\n")
 
 
 def descriptor_bits(pitch_bytes: int) -> int:
@@ -88,6 +89,40 @@ def mma_source(n: int, dtype: str) -> str:
             f"  unsigned long long db = tilus_wgmma_descriptor(b, b_bits);\n"
             f"  asm volatile(\"{ptx}\" : {operands} : \"l\"(da), \"l\"(db), \"r\"(1));\n"
             f"}}\n")
+
+
+def mma_rs_name(n: int, dtype: str) -> str:
+    """``tilus_wgmma_rs_m64n256k16_f32_f16``: the variant with A in registers."""
+    return f"tilus_wgmma_rs_m64n{n}k16_f32_{DTYPES[dtype]}"
+
+
+@functools.lru_cache(maxsize=None)
+def mma_rs_source(n: int, dtype: str) -> str:
+    """The device function of one ``wgmma.mma_async`` with A in registers: ``d += a @ b``, ``a`` this
+    thread's four 32-bit registers of its warp's [16, 16] slice (``mma.sync``'s m16n8k16 A fragment), ``b``
+    K-major in shared memory."""
+    mma_source(n, dtype)  # the same checks
+    regs = n // 2
+    outputs = ", ".join(f"%{i}" for i in range(regs))
+    ptx = (f"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 5}, 0;\\n"
+           f" wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{DTYPES[dtype]}.{DTYPES[dtype]} "
+           f"{{{outputs}}}, {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, 0;\\n}}\\n")
+    operands = ", ".join(f"\"+f\"(d[{i}])" for i in range(regs))
+    return (DESCRIPTOR_SOURCE +
+            f"__device__ __forceinline__ void {mma_rs_name(n, dtype)}(float* d, const void* a_regs, const void* b, "
+            f"unsigned long long b_bits) {{\n"
+            f"  const unsigned* a = (const unsigned*)a_regs;\n"
+            f"  unsigned long long db = tilus_wgmma_descriptor(b, b_bits);\n"
+            f"  asm volatile(\"{ptx}\" : {operands} : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
+            f"\"l\"(db), \"r\"(1));\n"
+            f"}}\n")
+
+
+def emit_mma_rs(n: int, dtype: str, acc_ptr: Any, a_ptr: Any, b_ptr: Any, b_bits: int) -> tirx.Expr:
+    """The call of one register-A ``wgmma``: ``acc_ptr``/``a_ptr`` address this thread's accumulator and A
+    registers (``tirx.address_of`` of local buffers), ``b_ptr`` the shared B tile."""
+    return Tb.cuda.func_call(mma_rs_name(n, dtype), acc_ptr, a_ptr, b_ptr, tirx.const(b_bits, "uint64"),
+                             source_code=mma_rs_source(n, dtype), return_type="void")
 
 
 def emit_mma(n: int, dtype: str, acc: tirx.Buffer, a_ptr: Any, a_bits: int, b_ptr: Any, b_bits: int) -> tirx.Expr:

@@ -222,9 +222,10 @@ class Wgmma(Instruction):
     ``c``: the accumulator is updated in place, asynchronously, until a :class:`WgmmaWaitGroup`)."""
 
     output: RegisterTensor
-    a: SharedTensor
+    a: Tensor  # a SharedTensor, or a RegisterTensor in mma.sync A-fragment layout
     b: SharedTensor
     c: RegisterTensor
+    warps: int = 0  # the block's warps, set when layouts are chosen
 
 
 @dataclass(eq=False)

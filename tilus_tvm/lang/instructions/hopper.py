@@ -31,14 +31,20 @@ class HopperInstructions(InstructionBase):
         ``a`` [m, k] and ``b`` [k, n] are float16 or bfloat16 shared tensors (or views, such as one stage
         ``smem[s]`` or a transpose), ``acc`` a float32 register tensor [m, n]. Each warpgroup computes
         64 rows: m must be 64 times the block's warpgroups (``warps // 4``), n a multiple of 8 up to 256,
-        k a multiple of 16. Both operands must be K-major -- k runs along contiguous memory: ``a`` a
+        k a multiple of 16. ``a`` may also be a register tensor (``wgmma``'s register-A form): then it
+        and ``acc`` take ``dot``'s mma layouts with the warps stacked along m, and m may be any multiple of
+        64 times the warpgroups (one ``wgmma`` per 16 rows a warp holds). Its registers must not change
+        until the group is waited for. Both operands must be K-major -- k runs along contiguous memory: ``a`` a
         [m, k] tile, ``b`` the transpose of an [n, k] tile -- with rows of 32, 64 or 128 bytes, swizzled
         as ``wgmma`` reads them; a shared tensor created without a layout gets that layout.
         """
         builder = self._builder("wgmma")
+        a = builder.materialize(a)
+        if not isinstance(a, (SharedTensor, RegisterTensor)):
+            raise ScriptError(f"wgmma: a must be a shared or register tensor, got {a!r}")
+        if not isinstance(b, SharedTensor):
+            raise ScriptError(f"wgmma: b must be a shared tensor, got {b!r}")
         for what, tensor in (("a", a), ("b", b)):
-            if not isinstance(tensor, SharedTensor):
-                raise ScriptError(f"wgmma: {what} must be a shared tensor, got {tensor!r}")
             if len(tensor.shape) != 2:
                 raise ScriptError(f"wgmma: {what} must be 2-D, got {tensor.describe()}")
         if not isinstance(acc, RegisterTensor) or len(acc.shape) != 2:

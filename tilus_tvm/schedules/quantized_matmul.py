@@ -254,6 +254,10 @@ class QuantizedMatmul(tilus.Script):
                 for h in list(range(kt // chunk)):
                     self.wgmma(weights[:, h * chunk:(h + 1) * chunk], sx[i % self.stages, h].transpose(), acc)
                 self.wgmma_commit_group()
+                # synchronous: keeping one group in flight (steps unrolled by two so that their weights sit in
+                # different registers, activation stages refilled two steps back) measured no faster on an
+                # H200 (u4, 64-512 rows) and gave wrong sums in the configurations where ptxas did not
+                # serialize the wgmma itself; the cause was not found
                 self.wgmma_wait_group(0)
             elif fmt.per_channel:
                 acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])

@@ -18,6 +18,7 @@ Our Triton kernel is written for this benchmark in the style of Triton's matmul 
 tile order, tl.dot, autotuned over the usual block configurations).
 """
 import argparse
+import importlib
 import math
 import pathlib
 import sys
@@ -26,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tests.helpers import load_tutorial  # noqa: E402
-from tilus_tvm.schedules import matmul as matmul_module  # noqa: E402
+matmul_module = importlib.import_module("tilus_tvm.schedules.matmul")  # the module: the package exports the function
 from tilus_tvm.schedules.matmul import Matmul, matmul  # noqa: E402
 from tilus_tvm.schedules.matmul_sm90 import MatmulWgmma  # noqa: E402
 from tilus_tvm.schedules import matmul_splitk  # noqa: E402

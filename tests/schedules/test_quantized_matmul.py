@@ -244,10 +244,15 @@ def test_wgmma_rows_of_the_table():
     fmt = WeightFormat(dtypes.uint4b, 4096, 4096, 128)
     assert not choose_config(48, fmt, 132, wgmma=True).warpgroup_mma
     assert not choose_config(256, fmt, 132).warpgroup_mma  # not without sm_90a
-    small, large = choose_config(64, fmt, 132, wgmma=True), choose_config(256, fmt, 132, wgmma=True)
+    wide = WeightFormat(dtypes.uint4b, 8192, 28672, 128)
+    small, large = choose_config(64, wide, 132, wgmma=True), choose_config(256, wide, 132, wgmma=True)
     assert small.warpgroup_mma and small.block_m == 64 and large.block_m == 128 and large.split_k == 1
     three_bit = WeightFormat(dtypes.int3b, 4096, 4096, 32)  # units of two 16-channel blocks
     assert choose_config(64, three_bit, 132, wgmma=True).units_per_warp == 2
+    few_channels = WeightFormat(dtypes.uint4b, 4096, 11008, 128)  # 43 blocks of 256 channels: one warpgroup a block
+    assert (choose_config(128, few_channels, 132, wgmma=True).warps, choose_config(128, few_channels, 132,
+                                                                                   wgmma=True).block_m) == (4, 64)
+    assert choose_config(128, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True).warps == 8
 
 
 @pytest.mark.parametrize("name,group", [("uint4b", 128), ("float8_e4m3", None), ("int3b", 32)])

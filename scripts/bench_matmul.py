@@ -116,20 +116,25 @@ def main() -> None:
             triton_run(a, b, c)
             torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
             row("Triton (autotuned)", benchmark_func(lambda: triton_run(a, b, c), warmup=5, repeat=args.repeat))
-        best = None
-        for config in configs:
-            if config[0] > 16 * max(1, math.ceil(m / 16)) * 8:  # far taller than the matrix: skip
-                continue
-            kernel = Matmul(*config)
-            c.fill_(float("nan"))
-            kernel(m, n, k, a, b, c)
-            torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
-            ms = benchmark_func(lambda: kernel(m, n, k, a, b, c), warmup=5, repeat=args.repeat)
-            if args.every_config:
-                row("tilus-tvm Matmul", ms, "config " + ",".join(map(str, config)))
-            if best is None or ms < best[0]:
-                best = (ms, config)
-        row("tilus-tvm Matmul (best)", best[0], "config " + ",".join(map(str, best[1])))
+        def best_of(name, kernel_configs, make, weight):
+            """Each configuration checked against torch and timed; a row for the fastest (every one with
+            --every-config)."""
+            best = None
+            for config in kernel_configs:
+                kernel = make(config)
+                c.fill_(float("nan"))
+                kernel(m, n, k, a, weight, c)
+                torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
+                ms = benchmark_func(lambda: kernel(m, n, k, a, weight, c), warmup=5, repeat=args.repeat)
+                if args.every_config:
+                    row(name, ms, "config " + ",".join(map(str, config)))
+                if best is None or ms < best[0]:
+                    best = (ms, config)
+            row(f"{name} (best)", best[0], "config " + ",".join(map(str, best[1])))
+
+        # configurations far taller than the matrix are skipped
+        best_of("tilus-tvm Matmul", [cfg for cfg in configs if cfg[0] <= 16 * max(1, math.ceil(m / 16)) * 8],
+                lambda config: Matmul(*config), b)
         if matmul_splitk.split_k_config(m) is not None:
             for splits in (int(v) for v in args.splits.split(",")):
                 if splits > math.ceil(k / matmul_splitk.split_k_config(m)[2]):
@@ -155,18 +160,7 @@ def main() -> None:
             w = b.t().contiguous()
             cublas_ms = benchmark_func(lambda: torch.matmul(a, w.t(), out=c), warmup=5, repeat=args.repeat)
             row("cuBLAS, b = w.t()", cublas_ms)
-            best = None
-            for config in wgmma_configs:
-                kernel = MatmulWgmma(*config)
-                c.fill_(float("nan"))
-                kernel(m, n, k, a, w, c)
-                torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
-                ms = benchmark_func(lambda: kernel(m, n, k, a, w, c), warmup=5, repeat=args.repeat)
-                if args.every_config:
-                    row("MatmulWgmma, b = w.t()", ms, "config " + ",".join(map(str, config)))
-                if best is None or ms < best[0]:
-                    best = (ms, config)
-            row("MatmulWgmma (best)", best[0], "config " + ",".join(map(str, best[1])))
+            best_of("MatmulWgmma", wgmma_configs, lambda config: MatmulWgmma(*config), w)
             c.fill_(float("nan"))
             matmul(a, w.t(), out=c)
             torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)

@@ -63,66 +63,49 @@ def descriptor_bits(pitch_bytes: int) -> int:
     return (SWIZZLE_MODES[pitch_bytes] << 62) | ((stride >> 4) << 32) | ((leading >> 4) << 16)
 
 
-def mma_name(n: int, dtype: str) -> str:
-    """``tilus_wgmma_m64n256k16_f32_f16``."""
-    return f"tilus_wgmma_m64n{n}k16_f32_{DTYPES[dtype]}"
+def mma_name(n: int, dtype: str, register_a: bool = False) -> str:
+    """``tilus_wgmma_m64n256k16_f32_f16`` (``tilus_wgmma_rs_...`` with A in registers)."""
+    return f"tilus_wgmma{'_rs' if register_a else ''}_m64n{n}k16_f32_{DTYPES[dtype]}"
 
 
 @functools.lru_cache(maxsize=None)
-def mma_source(n: int, dtype: str) -> str:
+def mma_source(n: int, dtype: str, register_a: bool = False) -> str:
     """The device function of one ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}``: ``d += a @ b``
-    with ``d`` this thread's ``n / 2`` accumulator registers and both operands K-major."""
+    with ``d`` this thread's ``n / 2`` accumulator registers and ``b`` K-major in shared memory; ``a``
+    K-major in shared memory too, or (``register_a``) this thread's four 32-bit registers of its warp's
+    [16, 16] slice (``mma.sync``'s m16n8k16 A fragment)."""
     if dtype not in DTYPES:
         raise IntrinError(f"wgmma: operands must be float16 or bfloat16, got {dtype}")
     if n % 8 or not 8 <= n <= 256:
         raise IntrinError(f"wgmma: n must be a multiple of 8 from 8 to 256, got {n}")
     regs = n // 2
     outputs = ", ".join(f"%{i}" for i in range(regs))
-    ptx = (f"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"
+    if register_a:  # {a0..a3}, b-desc, scale-d, scale-a, scale-b, transpose-b
+        a_operand, b_index, transposes = f"{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}", regs + 4, "0"
+        a_param, a_setup = "const void* a_regs", "  const unsigned* a = (const unsigned*)a_regs;\n"
+        a_inputs = "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3])"
+    else:  # a-desc, b-desc, scale-d, scale-a, scale-b, transpose-a, transpose-b
+        a_operand, b_index, transposes = f"%{regs}", regs + 1, "0, 0"
+        a_param = "const void* a, unsigned long long a_bits"
+        a_setup = "  unsigned long long da = tilus_wgmma_descriptor(a, a_bits);\n"
+        a_inputs = "\"l\"(da)"
+    ptx = (f"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{b_index + 1}, 0;\\n"
            f" wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{DTYPES[dtype]}.{DTYPES[dtype]} "
-           f"{{{outputs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n")
+           f"{{{outputs}}}, {a_operand}, %{b_index}, p, 1, 1, {transposes};\\n}}\\n")
     operands = ", ".join(f"\"+f\"(d[{i}])" for i in range(regs))
     return (DESCRIPTOR_SOURCE +
-            f"__device__ __forceinline__ void {mma_name(n, dtype)}(float* d, const void* a, unsigned long long "
-            f"a_bits, const void* b, unsigned long long b_bits) {{\n"
-            f"  unsigned long long da = tilus_wgmma_descriptor(a, a_bits);\n"
+            f"__device__ __forceinline__ void {mma_name(n, dtype, register_a)}(float* d, {a_param}, const void* b, "
+            f"unsigned long long b_bits) {{\n{a_setup}"
             f"  unsigned long long db = tilus_wgmma_descriptor(b, b_bits);\n"
-            f"  asm volatile(\"{ptx}\" : {operands} : \"l\"(da), \"l\"(db), \"r\"(1));\n"
-            f"}}\n")
-
-
-def mma_rs_name(n: int, dtype: str) -> str:
-    """``tilus_wgmma_rs_m64n256k16_f32_f16``: the variant with A in registers."""
-    return f"tilus_wgmma_rs_m64n{n}k16_f32_{DTYPES[dtype]}"
-
-
-@functools.lru_cache(maxsize=None)
-def mma_rs_source(n: int, dtype: str) -> str:
-    """The device function of one ``wgmma.mma_async`` with A in registers: ``d += a @ b``, ``a`` this
-    thread's four 32-bit registers of its warp's [16, 16] slice (``mma.sync``'s m16n8k16 A fragment), ``b``
-    K-major in shared memory."""
-    mma_source(n, dtype)  # the same checks
-    regs = n // 2
-    outputs = ", ".join(f"%{i}" for i in range(regs))
-    ptx = (f"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 5}, 0;\\n"
-           f" wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{DTYPES[dtype]}.{DTYPES[dtype]} "
-           f"{{{outputs}}}, {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, 0;\\n}}\\n")
-    operands = ", ".join(f"\"+f\"(d[{i}])" for i in range(regs))
-    return (DESCRIPTOR_SOURCE +
-            f"__device__ __forceinline__ void {mma_rs_name(n, dtype)}(float* d, const void* a_regs, const void* b, "
-            f"unsigned long long b_bits) {{\n"
-            f"  const unsigned* a = (const unsigned*)a_regs;\n"
-            f"  unsigned long long db = tilus_wgmma_descriptor(b, b_bits);\n"
-            f"  asm volatile(\"{ptx}\" : {operands} : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
-            f"\"l\"(db), \"r\"(1));\n"
+            f"  asm volatile(\"{ptx}\" : {operands} : {a_inputs}, \"l\"(db), \"r\"(1));\n"
             f"}}\n")
 
 
 def emit_mma_rs(n: int, dtype: str, acc_ptr: Any, a_ptr: Any, b_ptr: Any, b_bits: int) -> tirx.Expr:
     """The call of one register-A ``wgmma``: ``acc_ptr``/``a_ptr`` address this thread's accumulator and A
     registers (``tirx.address_of`` of local buffers), ``b_ptr`` the shared B tile."""
-    return Tb.cuda.func_call(mma_rs_name(n, dtype), acc_ptr, a_ptr, b_ptr, tirx.const(b_bits, "uint64"),
-                             source_code=mma_rs_source(n, dtype), return_type="void")
+    return Tb.cuda.func_call(mma_name(n, dtype, True), acc_ptr, a_ptr, b_ptr, tirx.const(b_bits, "uint64"),
+                             source_code=mma_source(n, dtype, True), return_type="void")
 
 
 def emit_mma(n: int, dtype: str, acc: tirx.Buffer, a_ptr: Any, a_bits: int, b_ptr: Any, b_bits: int) -> tirx.Expr:

@@ -102,16 +102,7 @@ class Matmul(tilus.Script):
                     a_next, b_next = self.mma_step(sa, sb, k, step, a, b, acc)
                     a = a_next
                     b = b_next
-        # Epilogue through shared memory: fragments hold pairs of elements, a coalesced layout holds
-        # 16-byte vectors, so c is written with full-width stores.
-        self.copy_async_wait_all()  # the last iterations' (zero-filled) copies must land before reuse
-        self.sync()
-        self.free_shared(sa)
-        self.free_shared(sb)
-        sc = self.shared_tensor(dtype=dtype, shape=[bm, bn])
-        self.store_shared(sc, acc.to(dtype))
-        self.sync()
-        self.store_global(gc, self.load_shared(sc), offsets=[offset_m, offset_n])
+        store_through_shared(self, acc, [sa, sb], gc, [offset_m, offset_n], dtype)
 
 
     def operands(self, m_size, n_size, k_size, a_ptr, b_ptr, c_ptr):
@@ -147,6 +138,20 @@ class Matmul(tilus.Script):
     def b_tile(self, stage_tile):
         """One stage of b's shared buffer as a [block_k, block_n] tile (transposed when b is column-major)."""
         return stage_tile.transpose() if self.b_layout == "col" else stage_tile
+
+
+def store_through_shared(script: tilus.Script, acc: Any, pipeline: list, gc: Any, offsets: list, dtype: Any) -> None:
+    """A pipelined matmul's epilogue: once the last (zero-filled) copies have landed, the pipeline's shared
+    tensors give their memory to a staging tile of c. Fragments hold pairs of elements, a coalesced layout
+    holds 16-byte vectors, so c leaves through shared memory with full-width stores."""
+    script.copy_async_wait_all()
+    script.sync()
+    for tensor in pipeline:
+        script.free_shared(tensor)
+    sc = script.shared_tensor(dtype=dtype, shape=list(acc.shape))
+    script.store_shared(sc, acc.to(dtype))
+    script.sync()
+    script.store_global(gc, script.load_shared(sc), offsets=offsets)
 
 
 def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = None, *,

@@ -33,6 +33,7 @@ import tilus_tvm as tilus
 from tilus_tvm import bfloat16, float16, float32, int32, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import ScriptError
+from tilus_tvm.schedules.matmul import store_through_shared
 
 # (block_m, block_n, block_k, stages): the tuning space
 TILES = [(128, 256, 64, 4), (128, 128, 64, 5), (128, 128, 64, 6), (64, 256, 64, 5), (128, 256, 32, 6),
@@ -107,11 +108,4 @@ class MatmulWgmma(tilus.Script):
                 self.wgmma_commit_group()
                 self.wgmma_wait_group(1)
         self.wgmma_wait_group(0)
-        self.copy_async_wait_all()
-        self.sync()
-        self.free_shared(sa)
-        self.free_shared(sb)
-        sc = self.shared_tensor(dtype=dtype, shape=[bm, bn])
-        self.store_shared(sc, acc.to(dtype))
-        self.sync()
-        self.store_global(gc, self.load_shared(sc), offsets=[offset_m, offset_n])
+        store_through_shared(self, acc, [sa, sb], gc, [offset_m, offset_n], dtype)

@@ -210,3 +210,16 @@ def test_register_a_results(m, n, k, warps):
     c = torch.full((m, n), float("nan"), device="cuda")
     RegisterA(m, n, k, warps)(a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float().t(), rtol=1e-3, atol=1e-3 * k)
+
+
+def test_exports_sm_90a_machine_code_without_a_gpu(tmp_path):
+    """A wgmma kernel exported on this GPU-less machine: an nvcc fatbin for sm_90a, no CUDA source."""
+    from tests.runtime.test_export import cuda_payloads
+    from tilus_tvm.runtime.export import fatbin_entries
+
+    z = torch.zeros(256, 256, dtype=torch.float16)
+    path = MatmulWgmma(128, 128, 64, 4).compile(256, 256, 256, z, z, z, target="sm_90a").export(str(tmp_path / "w.so"))
+    data = open(path, "rb").read()
+    assert b"__global__" not in data and b"wgmma.mma_async" not in data  # compiled, not source or PTX
+    (payload,) = cuda_payloads(path)
+    assert payload.fmt == "fatbin" and [kind for kind, _ in fatbin_entries(payload.code)] == ["cubin"]

@@ -141,15 +141,25 @@ def test_configuration_errors():
             MatmulWgmma(**kwargs)
 
 
+def test_row_major_b_is_read_mn_major():
+    z = torch.zeros(512, 512, dtype=torch.float16)
+    code = MatmulWgmma(128, 256, 64, 4, b_layout="row").compile(512, 512, 512, z, z, z, target="sm_90a").ptx
+    wgmmas = re.findall(r"wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 [^;]*;", code)
+    assert wgmmas and all(w.endswith("p, 1, 1, 0, 1;") for w in wgmmas)  # transpose-b: B is MN-major
+    with pytest.raises(ScriptError, match="multiple of 64 with b_layout='row'"):
+        MatmulWgmma(128, 96, 64, 4, b_layout="row")
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("b_layout", ["col", "row"])
 @pytest.mark.parametrize("config", [(128, 256, 64, 4), (128, 128, 64, 5), (64, 256, 32, 5), (256, 128, 64, 4)])
 @pytest.mark.parametrize("m, n, k", [(512, 1024, 2048), (300, 200, 136), (1, 264, 72), (129, 512, 4096)])
-def test_results_match_torch(config, m, n, k):
+def test_results_match_torch(config, m, n, k, b_layout):
     torch.manual_seed(0)
     a = torch.randn(m, k, dtype=torch.float16, device="cuda")
     w = torch.randn(n, k, dtype=torch.float16, device="cuda")
     c = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
-    MatmulWgmma(*config)(m, n, k, a, w, c)
+    MatmulWgmma(*config, b_layout=b_layout)(m, n, k, a, w if b_layout == "col" else w.t().contiguous(), c)
     torch.testing.assert_close(c.float(), a.float() @ w.float().t(), rtol=2e-3, atol=2e-3 * k ** 0.5)
 
 

@@ -7,7 +7,8 @@ mma layout with one m16n8 atom row a warp (warps stacked along m) and ``n / 8`` 
 (:func:`accumulator_layout`); layout inference converts an accumulator that arrives in another one.
 
 Shared layouts: both operands are K-major tiles whose rows are 32, 64 or 128 bytes, swizzled as
-``wgmma`` reads them (:func:`operand_layout`, CuTe's ``Swizzle<B, 4, 3>`` on bytes). A shared tensor
+``wgmma`` reads them (:func:`operand_layout`, CuTe's ``Swizzle<B, 4, 3>`` on bytes); ``b`` may also be
+MN-major, given as [n / 64, k, 64] chunks of a row-major [k, n] tile (:func:`b_operand`). A shared tensor
 created without a layout gets it from shared-layout inference (the registry's ``shared_layouts``
 hook); one given another layout is refused with the reason (:func:`descriptor_bits`).
 
@@ -135,6 +136,26 @@ def descriptor_bits(inst: ir.Wgmma, tensor: SharedTensor, func) -> tuple[int, in
     return ptx.descriptor_bits(pitch), layout.strides[row_dim]
 
 
+def b_operand(inst: ir.Wgmma, func) -> tuple[int, bool, int]:
+    """(descriptor bits, MN-major, elements between 16-wide k steps) of ``inst.b``: a K-major [k, n] view,
+    or MN-major as [n / 64, k, 64] chunks (each [k, 64] row-major, 128-byte swizzled)."""
+    b = inst.b
+    if len(b.shape) == 2:
+        bits, _ = descriptor_bits(inst, b, func)
+        return bits, False, 16
+    layout = b.resolved_layout()
+    chunks, k, width = b.shape
+    expected = Swizzle(3, 3, 3)
+    if b.dtype.nbits != 16 or width != 64 or tuple(layout.strides[1:]) != (64, 1) or layout.swizzle != expected:
+        raise CompileError(f"wgmma: b {b.describe()} has layout {layout}; an MN-major b is [n / 64, k, 64] chunks of "
+                           f"16-bit elements, each row-major and swizzled with {expected}")
+    period = 8 * 64  # elements: 8 rows of 128 bytes
+    if k % 16 or layout.strides[0] % period or not _divisible(b.element_offset(), period, func.analyzer()):
+        raise CompileError(f"wgmma: b {b.describe()} must hold k in steps of 16 and start each chunk on a multiple of "
+                           f"8 rows (the swizzle's period)")
+    return ptx.mn_major_bits(layout.strides[0] * 2), True, 16 * 64
+
+
 def _accumulators(func) -> list:
     found = []
     for inst in instructions(func.body):
@@ -157,9 +178,9 @@ def emit_wgmma(ctx: CodegenContext, inst: ir.Wgmma) -> None:
         _emit_register_a(ctx, inst)
         return
     acc = ctx.reg(inst.output)
-    (m, k), n = inst.a.shape, inst.b.shape[1]
+    (m, k), n = inst.a.shape, inst.c.shape[1]
     a_bits, a_rows = descriptor_bits(inst, inst.a, ctx.func)
-    b_bits, _ = descriptor_bits(inst, inst.b, ctx.func)
+    b_bits, transpose_b, b_step = b_operand(inst, ctx.func)
     group = ctx.tx // (WARPGROUP * 32)
     a_view, b_view = ctx.view(inst.a.root), ctx.view(inst.b.root)
     a_base = inst.a.element_offset() + group * (ROWS_PER_WARPGROUP * a_rows)
@@ -167,25 +188,26 @@ def emit_wgmma(ctx: CodegenContext, inst: ir.Wgmma) -> None:
     for step in range(k // 16):
         # rows start on multiples of 8 and a step's 16 elements sit in one swizzle row: no XOR to apply
         a_ptr = tirx.address_of(a_view[a_base + step * 16])
-        b_ptr = tirx.address_of(b_view[b_base + step * 16])
-        Tb.evaluate(ptx.emit_mma(n, inst.a.dtype.name, acc, a_ptr, a_bits, b_ptr, b_bits))
+        b_ptr = tirx.address_of(b_view[b_base + step * b_step])
+        Tb.evaluate(ptx.emit_mma(n, inst.a.dtype.name, acc, a_ptr, a_bits, b_ptr, b_bits, transpose_b))
 
 
 def _emit_register_a(ctx: CodegenContext, inst: ir.Wgmma) -> None:
     """One register-A ``wgmma`` per warpgroup, atom row and 16-wide k step: the A registers of atom row
     ``mi``, step ``ki`` start at slot ``(mi * repeat_k + ki) * 8`` (``dot``'s order) and its accumulator
     rows at ``mi * repeat_n * 4``, as the PTX fragments run."""
-    (m, k), n = inst.a.shape, inst.b.shape[1]
+    (m, k), n = inst.a.shape, inst.c.shape[1]
     config = wgmma_config(m, n, k, ctx.func.warps, inst.a.dtype.name)
     acc, a = ctx.reg(inst.output), ctx.reg(inst.a)
-    b_bits, _ = descriptor_bits(inst, inst.b, ctx.func)
+    b_bits, transpose_b, b_step = b_operand(inst, ctx.func)
     b_view, b_base = ctx.view(inst.b.root), inst.b.element_offset()
     a_size, c_size = config.atom.a_layout.local_size, config.atom.c_layout.local_size
     for ki in range(config.repeat_k):
-        b_ptr = tirx.address_of(b_view[b_base + ki * 16])
+        b_ptr = tirx.address_of(b_view[b_base + ki * b_step])
         for mi in range(config.repeat_m):
             Tb.evaluate(ptx.emit_mma_rs(n, inst.a.dtype.name, tirx.address_of(acc[mi * config.repeat_n * c_size]),
-                                        tirx.address_of(a[(mi * config.repeat_k + ki) * a_size]), b_ptr, b_bits))
+                                        tirx.address_of(a[(mi * config.repeat_k + ki) * a_size]), b_ptr, b_bits,
+                                        transpose_b))
 
 
 def emit_wgmma_fence(ctx: CodegenContext, inst: ir.WgmmaFence) -> None:

@@ -63,17 +63,28 @@ def descriptor_bits(pitch_bytes: int) -> int:
     return (SWIZZLE_MODES[pitch_bytes] << 62) | ((stride >> 4) << 32) | ((leading >> 4) << 16)
 
 
-def mma_name(n: int, dtype: str, register_a: bool = False) -> str:
-    """``tilus_wgmma_m64n256k16_f32_f16`` (``tilus_wgmma_rs_...`` with A in registers)."""
-    return f"tilus_wgmma{'_rs' if register_a else ''}_m64n{n}k16_f32_{DTYPES[dtype]}"
+def mn_major_bits(chunk_stride_bytes: int) -> int:
+    """The address-independent descriptor bits of an MN-major operand stored as 64-element (128-byte)
+    chunks of n, each [k, 64] row-major and 128-byte swizzled, ``chunk_stride_bytes`` apart: the stride
+    byte offset is between groups of 8 k rows (1024 bytes), the leading byte offset between chunks.
+
+    >>> hex(mn_major_bits(8192))
+    '0x4000004002000000'
+    """
+    return (SWIZZLE_MODES[128] << 62) | ((1024 >> 4) << 32) | ((chunk_stride_bytes >> 4) << 16)
+
+
+def mma_name(n: int, dtype: str, register_a: bool = False, transpose_b: bool = False) -> str:
+    """``tilus_wgmma_m64n256k16_f32_f16`` (``_rs`` with A in registers, ``_tb`` with B MN-major)."""
+    return f"tilus_wgmma{'_rs' if register_a else ''}{'_tb' if transpose_b else ''}_m64n{n}k16_f32_{DTYPES[dtype]}"
 
 
 @functools.lru_cache(maxsize=None)
-def mma_source(n: int, dtype: str, register_a: bool = False) -> str:
+def mma_source(n: int, dtype: str, register_a: bool = False, transpose_b: bool = False) -> str:
     """The device function of one ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}``: ``d += a @ b``
     with ``d`` this thread's ``n / 2`` accumulator registers and ``b`` K-major in shared memory; ``a``
     K-major in shared memory too, or (``register_a``) this thread's four 32-bit registers of its warp's
-    [16, 16] slice (``mma.sync``'s m16n8k16 A fragment)."""
+    [16, 16] slice (``mma.sync``'s m16n8k16 A fragment); ``transpose_b``: b MN-major instead."""
     if dtype not in DTYPES:
         raise IntrinError(f"wgmma: operands must be float16 or bfloat16, got {dtype}")
     if n % 8 or not 8 <= n <= 256:
@@ -81,11 +92,12 @@ def mma_source(n: int, dtype: str, register_a: bool = False) -> str:
     regs = n // 2
     outputs = ", ".join(f"%{i}" for i in range(regs))
     if register_a:  # {a0..a3}, b-desc, scale-d, scale-a, scale-b, transpose-b
-        a_operand, b_index, transposes = f"{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}", regs + 4, "0"
+        a_operand, b_index, transposes = (f"{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}", regs + 4,
+                                          f"{int(transpose_b)}")
         a_param, a_setup = "const void* a_regs", "  const unsigned* a = (const unsigned*)a_regs;\n"
         a_inputs = "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3])"
     else:  # a-desc, b-desc, scale-d, scale-a, scale-b, transpose-a, transpose-b
-        a_operand, b_index, transposes = f"%{regs}", regs + 1, "0, 0"
+        a_operand, b_index, transposes = f"%{regs}", regs + 1, f"0, {int(transpose_b)}"
         a_param = "const void* a, unsigned long long a_bits"
         a_setup = "  unsigned long long da = tilus_wgmma_descriptor(a, a_bits);\n"
         a_inputs = "\"l\"(da)"
@@ -94,25 +106,30 @@ def mma_source(n: int, dtype: str, register_a: bool = False) -> str:
            f"{{{outputs}}}, {a_operand}, %{b_index}, p, 1, 1, {transposes};\\n}}\\n")
     operands = ", ".join(f"\"+f\"(d[{i}])" for i in range(regs))
     return (DESCRIPTOR_SOURCE +
-            f"__device__ __forceinline__ void {mma_name(n, dtype, register_a)}(float* d, {a_param}, const void* b, "
+            f"__device__ __forceinline__ void {mma_name(n, dtype, register_a, transpose_b)}(float* d, {a_param}, "
+            f"const void* b, "
             f"unsigned long long b_bits) {{\n{a_setup}"
             f"  unsigned long long db = tilus_wgmma_descriptor(b, b_bits);\n"
             f"  asm volatile(\"{ptx}\" : {operands} : {a_inputs}, \"l\"(db), \"r\"(1));\n"
             f"}}\n")
 
 
-def emit_mma_rs(n: int, dtype: str, acc_ptr: Any, a_ptr: Any, b_ptr: Any, b_bits: int) -> tirx.Expr:
+def emit_mma_rs(n: int, dtype: str, acc_ptr: Any, a_ptr: Any, b_ptr: Any, b_bits: int,
+                transpose_b: bool = False) -> tirx.Expr:
     """The call of one register-A ``wgmma``: ``acc_ptr``/``a_ptr`` address this thread's accumulator and A
     registers (``tirx.address_of`` of local buffers), ``b_ptr`` the shared B tile."""
-    return Tb.cuda.func_call(mma_name(n, dtype, True), acc_ptr, a_ptr, b_ptr, tirx.const(b_bits, "uint64"),
-                             source_code=mma_source(n, dtype, True), return_type="void")
+    return Tb.cuda.func_call(mma_name(n, dtype, True, transpose_b), acc_ptr, a_ptr, b_ptr,
+                             tirx.const(b_bits, "uint64"), source_code=mma_source(n, dtype, True, transpose_b),
+                             return_type="void")
 
 
-def emit_mma(n: int, dtype: str, acc: tirx.Buffer, a_ptr: Any, a_bits: int, b_ptr: Any, b_bits: int) -> tirx.Expr:
+def emit_mma(n: int, dtype: str, acc: tirx.Buffer, a_ptr: Any, a_bits: int, b_ptr: Any, b_bits: int,
+             transpose_b: bool = False) -> tirx.Expr:
     """The call of one ``wgmma`` on this thread's accumulator ``acc`` (a local float32 buffer of ``n / 2``
     elements) with operands at the shared addresses ``a_ptr``/``b_ptr`` (``tirx.address_of``)."""
-    return Tb.cuda.func_call(mma_name(n, dtype), acc.data, a_ptr, tirx.const(a_bits, "uint64"), b_ptr,
-                             tirx.const(b_bits, "uint64"), source_code=mma_source(n, dtype), return_type="void")
+    return Tb.cuda.func_call(mma_name(n, dtype, False, transpose_b), acc.data, a_ptr, tirx.const(a_bits, "uint64"),
+                             b_ptr, tirx.const(b_bits, "uint64"), source_code=mma_source(n, dtype, False, transpose_b),
+                             return_type="void")
 
 
 def emit_fence(name: str) -> tirx.Expr:

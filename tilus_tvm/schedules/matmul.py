@@ -159,8 +159,8 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = No
     """``a @ b`` for float16 or bfloat16 CUDA tensors ``a`` [m, k] and ``b`` [k, n], into ``out`` (new if None).
 
     ``b`` may be row-major or the transpose of a row-major [n, k] tensor (``w.t()``, as in
-    ``x @ w.t()``); other strides are made contiguous first. On an H100 or H200 with ``b = w.t()`` and
-    at least ``WGMMA_MIN_ROWS`` rows it runs :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma`
+    ``x @ w.t()``); other strides are made contiguous first. On an H100 or H200 with at least
+    ``WGMMA_MIN_ROWS`` rows it runs :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma`
     (Hopper's ``wgmma``). Otherwise the configuration comes from a small
     table by ``m`` (measured on an H100; see ``scripts/bench_matmul.py``), or, with ``tune=True``
     (``None``: ``tilus_tvm.tune.configure(library=...)``), from the tuning database: the first call
@@ -215,8 +215,8 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = No
 # 0.0834 ms). Rows 65-128 take them on Hopper; up to 64 rows keep 16-row blocks (twice the blocks).
 CONFIGS = ((128, (16, 128, 64, 4, 4, 1)), (None, (128, 256, 64, 8, 3, 1)))
 HOPPER_CONFIGS = ((64, (16, 128, 64, 4, 4, 1)), (128, (32, 128, 64, 4, 4, 1)), (None, (128, 256, 64, 8, 3, 1)))
-# With wgmma (sm_90a) and b stored [n, k], MatmulWgmma takes over from WGMMA_MIN_ROWS rows: 128 x 256
-# tiles of two warpgroups, four stages (scripts/bench_matmul.py).
+# With wgmma (sm_90a), MatmulWgmma takes over from WGMMA_MIN_ROWS rows: 128 x 256 tiles of two
+# warpgroups, four stages (scripts/bench_matmul.py); b row-major or w.t().
 WGMMA_MIN_ROWS = 257
 WGMMA_CONFIG = (128, 256, 64, 4)
 _KERNELS: dict = {}
@@ -224,15 +224,15 @@ _KERNELS: dict = {}
 
 def kernel_for(m: int, dtype: Any, b_layout: str = "row", hopper: bool = False, wgmma: bool = False) -> Any:
     """The kernel :func:`matmul` uses for ``m`` rows: ``Matmul`` (``hopper``: sm_90 or newer, its
-    table), or -- ``wgmma``: an sm_90a target, b stored [n, k], at least ``WGMMA_MIN_ROWS`` rows --
+    table), or -- ``wgmma``: an sm_90a target, at least ``WGMMA_MIN_ROWS`` rows --
     :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma`. Both take ``(m, n, k, a, b, c)``."""
     half = bfloat16 if "bfloat16" in str(dtype) else float16
-    if wgmma and b_layout == "col" and m >= WGMMA_MIN_ROWS:
+    if wgmma and m >= WGMMA_MIN_ROWS:
         from tilus_tvm.schedules.matmul_sm90 import MatmulWgmma
 
-        key = ("wgmma", WGMMA_CONFIG, str(half))
+        key = ("wgmma", WGMMA_CONFIG, str(half), b_layout)
         if key not in _KERNELS:
-            _KERNELS[key] = MatmulWgmma(*WGMMA_CONFIG, dtype=half)
+            _KERNELS[key] = MatmulWgmma(*WGMMA_CONFIG, dtype=half, b_layout=b_layout)
         return _KERNELS[key]
     table = HOPPER_CONFIGS if hopper else CONFIGS
     config = next(c for limit, c in table if limit is None or m <= limit)

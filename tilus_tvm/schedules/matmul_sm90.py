@@ -1,7 +1,8 @@
 """``MatmulWgmma``: ``c = a @ b.T``-style matmul on Hopper's warpgroup tensor cores (``wgmma``).
 
-``b`` is stored [n, k] (an ``nn.Linear`` weight, ``x @ w.t()``), so both operands are K-major as
-``wgmma`` reads them. Each block computes a ``block_m x block_n`` tile of ``c`` with ``block_m / 64``
+``b`` is stored [n, k] (an ``nn.Linear`` weight, ``x @ w.t()``; ``b_layout="col"``), so both operands
+are K-major, or [k, n] (``b_layout="row"``, ``a @ b``): then its tiles are kept as 64-column chunks,
+which ``wgmma`` reads MN-major. Each block computes a ``block_m x block_n`` tile of ``c`` with ``block_m / 64``
 warpgroups (each 64 rows, all ``block_n`` columns). Its ``stages``-deep ring of shared-memory tiles
 is filled by ``cp.async`` (every thread copies) and read by ``wgmma`` straight from shared memory;
 one group of ``wgmma`` stays in flight while the next tile is waited for:
@@ -21,9 +22,10 @@ that the blocks in flight share rows of ``a`` and ``b`` in the L2.
 
     kernel = MatmulWgmma(block_m=128, block_n=256, block_k=64, stages=4)
     kernel(m, n, k, a, w, c)          # a [m, k], w [n, k], c [m, n]: c = a @ w.T
+    MatmulWgmma(b_layout="row")(m, n, k, a, b, c)                # b [k, n]: c = a @ b
 
 It needs an ``sm_90a`` target (an H100 or H200); :func:`tilus_tvm.schedules.matmul.matmul` takes it
-there for ``b = w.t()``.
+there from 257 rows.
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ class MatmulWgmma(tilus.Script):
     """``c[m, n] = a[m, k] @ w[n, k].T`` with float32 accumulation (see the module docstring)."""
 
     def __init__(self, block_m: int = 128, block_n: int = 256, block_k: int = 64, stages: int = 4,
-                 dtype: Any = float16, group_m: int = 16):
+                 dtype: Any = float16, group_m: int = 16, b_layout: str = "col"):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -61,6 +63,12 @@ class MatmulWgmma(tilus.Script):
                               f"one in flight), got {stages}")
         if group_m < 1:
             raise ScriptError(f"MatmulWgmma: group_m must be at least 1, got {group_m}")
+        if b_layout not in ("row", "col"):
+            raise ScriptError(f"MatmulWgmma: b_layout must be 'row' or 'col', got {b_layout!r}")
+        if b_layout == "row" and block_n % 64:
+            raise ScriptError(f"MatmulWgmma: block_n={block_n} must be a multiple of 64 with b_layout='row' (b's "
+                              f"tiles are read in 64-column chunks)")
+        self.b_layout = b_layout
         self.block_m, self.block_n, self.block_k, self.stages, self.dtype = block_m, block_n, block_k, stages, dtype
         self.group_m = group_m
 
@@ -79,16 +87,18 @@ class MatmulWgmma(tilus.Script):
         offset_m: int32 = bm * (first_m + within % rows)
         offset_n: int32 = bn * (within // rows)
         ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, k_size])
-        gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size])
+        col = self.b_layout == "col"
+        gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size] if col else [k_size, n_size])
         gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])
         sa = self.shared_tensor(dtype=dtype, shape=[stages, bm, bk])
-        sb = self.shared_tensor(dtype=dtype, shape=[stages, bn, bk])
+        # b's tiles: [bn, bk] (k contiguous), or [bn / 64, bk, 64] chunks of a row-major b (n contiguous)
+        sb = self.shared_tensor(dtype=dtype, shape=[stages, bn, bk] if col else [stages, bn // 64, bk, 64])
         acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
         num_k = (k_size + bk - 1) // bk
         ahead = stages - 2  # tiles in flight from global memory
         for s in range(ahead):
             self.copy_async(src=ga, dst=sa[s], offsets=[offset_m, s * bk])
-            self.copy_async(src=gb, dst=sb[s], offsets=[offset_n, s * bk])
+            self.copy_b(gb, sb, s, s * bk, offset_n)
             self.copy_async_commit_group()
         # The first loop refills a stage every iteration; the last `ahead` iterations have no tile left
         # to fetch and commit empty groups, so the wait count stays the same (k_size is compile-time).
@@ -101,11 +111,19 @@ class MatmulWgmma(tilus.Script):
                 if refill:
                     tile = k + ahead
                     self.copy_async(src=ga, dst=sa[tile % stages], offsets=[offset_m, tile * bk])
-                    self.copy_async(src=gb, dst=sb[tile % stages], offsets=[offset_n, tile * bk])
+                    self.copy_b(gb, sb, tile % stages, tile * bk, offset_n)
                 self.copy_async_commit_group()
                 self.wgmma_fence()
-                self.wgmma(sa[k % stages], sb[k % stages].transpose(), acc)
+                self.wgmma(sa[k % stages], sb[k % stages].transpose() if col else sb[k % stages], acc)
                 self.wgmma_commit_group()
                 self.wgmma_wait_group(1)
         self.wgmma_wait_group(0)
         store_through_shared(self, acc, [sa, sb], gc, [offset_m, offset_n], dtype)
+
+    def copy_b(self, gb, sb, stage, k0, offset_n):
+        """cp.async of b's tile for k0 into ``sb[stage]``: one [bn, bk] tile, or bn / 64 [bk, 64] chunks."""
+        if self.b_layout == "col":
+            self.copy_async(src=gb, dst=sb[stage], offsets=[offset_n, k0])
+        else:
+            for chunk in list(range(self.block_n // 64)):
+                self.copy_async(src=gb, dst=sb[stage, chunk], offsets=[k0, offset_n + chunk * 64])

@@ -31,7 +31,9 @@ class HopperInstructions(InstructionBase):
         ``a`` [m, k] and ``b`` [k, n] are float16 or bfloat16 shared tensors (or views, such as one stage
         ``smem[s]`` or a transpose), ``acc`` a float32 register tensor [m, n]. Each warpgroup computes
         64 rows: m must be 64 times the block's warpgroups (``warps // 4``), n a multiple of 8 up to 256,
-        k a multiple of 16. ``a`` may also be a register tensor (``wgmma``'s register-A form): then it
+        k a multiple of 16. ``b`` may also be MN-major (n runs along contiguous memory, as in a row-major
+        [k, n] weight): then it is given as [n / 64, k, 64] chunks, each a row-major [k, 64] tile of the
+        [k, n] matrix (a shared tensor [..., n / 64, k, 64] filled chunk by chunk). ``a`` may also be a register tensor (``wgmma``'s register-A form): then it
         and ``acc`` take ``dot``'s mma layouts with the warps stacked along m, and m may be any multiple of
         64 times the warpgroups (one ``wgmma`` per 16 rows a warp holds). Its registers must not change
         until the group is waited for. Both operands must be K-major -- k runs along contiguous memory: ``a`` a
@@ -44,12 +46,12 @@ class HopperInstructions(InstructionBase):
             raise ScriptError(f"wgmma: a must be a shared or register tensor, got {a!r}")
         if not isinstance(b, SharedTensor):
             raise ScriptError(f"wgmma: b must be a shared tensor, got {b!r}")
-        for what, tensor in (("a", a), ("b", b)):
-            if len(tensor.shape) != 2:
-                raise ScriptError(f"wgmma: {what} must be 2-D, got {tensor.describe()}")
+        if len(a.shape) != 2 or len(b.shape) not in (2, 3):
+            raise ScriptError(f"wgmma: a must be 2-D and b 2-D or [n / 64, k, 64] chunks, got {a.describe()} and "
+                              f"{b.describe()}")
         if not isinstance(acc, RegisterTensor) or len(acc.shape) != 2:
             raise ScriptError(f"wgmma: acc must be a 2-D register tensor, got {acc!r}")
-        (m, k), (k2, n) = a.shape, b.shape
+        (m, k), (k2, n) = a.shape, (b.shape if len(b.shape) == 2 else (b.shape[1], b.shape[0] * b.shape[2]))
         if k != k2 or tuple(acc.shape) != (m, n):
             raise ScriptError(f"wgmma: incompatible shapes a {list(a.shape)}, b {list(b.shape)}, acc "
                               f"{list(acc.shape)}: expected a [m, k], b [k, n], acc [m, n]")

@@ -102,6 +102,12 @@ def _k_dim(tensor: SharedTensor, inst: ir.Wgmma) -> int:
     return 1 if tensor is inst.a else 0
 
 
+def row_swizzle(pitch_bytes: int) -> Optional[Swizzle]:
+    """The swizzle ``wgmma`` reads 16-bit rows of ``pitch_bytes`` (32, 64 or 128) with, in 8-row groups
+    (CuTe's ``Swizzle<B, 4, 3>`` on bytes); None for another pitch."""
+    return Swizzle((pitch_bytes // 16).bit_length() - 1, 3, 3) if pitch_bytes in ptx.SWIZZLE_MODES else None
+
+
 def operand_layout(root: SharedTensor) -> SharedLayout:
     """The layout ``wgmma`` reads a K-major root tile in: row-major (k along the last dimension), its
     rows of 32, 64 or 128 bytes swizzled in groups of 8."""
@@ -109,7 +115,7 @@ def operand_layout(root: SharedTensor) -> SharedLayout:
     if pitch not in ptx.SWIZZLE_MODES:
         raise CompileError(f"wgmma: {root.describe()} has rows of {pitch} bytes along k; wgmma's K-major operands "
                            f"need rows of 32, 64 or 128 bytes (a k extent of 16, 32 or 64 for 16-bit types)")
-    return shared_row_major(*root.shape).swizzled(Swizzle((pitch // 16).bit_length() - 1, 3, 3))
+    return shared_row_major(*root.shape).swizzled(row_swizzle(pitch))
 
 
 def descriptor_bits(inst: ir.Wgmma, tensor: SharedTensor, func) -> tuple[int, int]:
@@ -124,7 +130,7 @@ def descriptor_bits(inst: ir.Wgmma, tensor: SharedTensor, func) -> tuple[int, in
         raise CompileError(f"wgmma: {what} {tensor.describe()} is not K-major: its k dimension has stride "
                            f"{layout.strides[k_dim]}, wgmma reads operands whose k runs along contiguous memory{hint}")
     pitch = layout.strides[row_dim] * nbits // 8
-    expected = None if pitch not in ptx.SWIZZLE_MODES else Swizzle((pitch // 16).bit_length() - 1, 3, 3)
+    expected = row_swizzle(pitch)
     if expected is None or layout.swizzle != expected or tensor.shape[k_dim] * nbits // 8 > pitch:
         raise CompileError(f"wgmma: {what} {tensor.describe()} has layout {layout}; wgmma needs K-major rows of "
                            f"32, 64 or 128 bytes holding the whole k extent, swizzled with {expected or 'Sw<B,3,3>'}"
@@ -145,7 +151,7 @@ def b_operand(inst: ir.Wgmma, func) -> tuple[int, bool, int]:
         return bits, False, 16
     layout = b.resolved_layout()
     chunks, k, width = b.shape
-    expected = Swizzle(3, 3, 3)
+    expected = row_swizzle(128)
     if b.dtype.nbits != 16 or width != 64 or tuple(layout.strides[1:]) != (64, 1) or layout.swizzle != expected:
         raise CompileError(f"wgmma: b {b.describe()} has layout {layout}; an MN-major b is [n / 64, k, 64] chunks of "
                            f"16-bit elements, each row-major and swizzled with {expected}")

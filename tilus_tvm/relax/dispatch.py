@@ -74,6 +74,11 @@ class DispatchContext:
 
         return compute_capability(self.arch)[0] >= 9
 
+    @property
+    def wgmma(self) -> bool:
+        """Whether the kernels may use Hopper's wgmma (an sm_90a target)."""
+        return self.arch == "sm_90a"
+
     def binding_of(self, expr: Any) -> Optional[Any]:
         """The value bound to ``expr`` when it is a variable bound in this function, else None."""
         if not isinstance(expr, relax.Var):

@@ -163,7 +163,7 @@ def rewrite_matmul(context: DispatchContext, call: Any) -> Any:
         if value % VECTOR_ELEMENTS:
             raise NotDispatched(f"{name} = {value} is not a multiple of {VECTOR_ELEMENTS} (Matmul loads 16-byte rows)")
     rows = _rows(_dims(a_ty)[:-1])
-    kernel = kernel_for(_static(rows) or LARGE_M, dtype, layout, context.hopper, wgmma=context.arch == "sm_90a")
+    kernel = kernel_for(_static(rows) or LARGE_M, dtype, layout, context.hopper, wgmma=context.wgmma)
     a2 = _reshape(context, a, [rows, _dims(a_ty)[-1]], "tilus_rows")
     y = context.kernel(kernel, [rows, n, k, a2, weight], out=_output([rows, n], dtype))
     if a_ty.ndim == 2:
@@ -245,7 +245,7 @@ def rewrite_dequantize_matmul(context: DispatchContext, call: Any) -> Any:
     rows = _rows(_dims(a_ty)[:-1])
     # R.call_tir passes every buffer, so the split-K partial sums come back as an output (the serial
     # reduction's semaphores would need a workspace that persists between calls)
-    config = replace(choose_config(_static(rows) or LARGE_M, fmt, wgmma=context.arch == "sm_90a"), split_reduce="kernel")
+    config = replace(choose_config(_static(rows) or LARGE_M, fmt, wgmma=context.wgmma), split_reduce="kernel")
     kernel = kernel_for(fmt, dtype, zero_points, config)
     # the kernel's tensors are flat buffers (strided views): every operand goes in as 1-D (views, no copies)
     def flat(expr: Any, name: str) -> Any:
@@ -390,26 +390,30 @@ def rewrite_attention(context: DispatchContext, call: Any) -> Any:
                           out=_output([batch, seq_q, heads, head_dim], dtype))
 
 
+def _split_source(context: DispatchContext, parts: list) -> Optional[Any]:
+    """The ``R.split(x, len(parts), axis)`` call when ``parts`` are bound to its items 0, 1, ... in order
+    (equal sections), else None."""
+    items = [context.binding_of(part) for part in parts]
+    if not all(isinstance(item, relax.TupleGetItem) for item in items) or \
+            [item.index for item in items] != list(range(len(parts))) or \
+            not all(item.tuple_value.same_as(items[0].tuple_value) for item in items):
+        return None
+    split = context.binding_of(items[0].tuple_value)
+    if not _is_op(split, "relax.split"):
+        return None
+    sections = split.attrs.indices_or_sections
+    return split if isinstance(sections, tirx.IntImm) and sections.value == len(parts) else None
+
+
 def _packed_qkv(context: DispatchContext, qkv: tuple, heads: int, head_dim: int) -> Optional[Any]:
     """The tensor ``x`` when q, k and v are ``reshape(split(reshape(x, [b, s, 3, heads, head_dim]), 3,
     axis=2)[i], [b, s, heads, head_dim])`` for i = 0, 1, 2 (a fused QKV projection, as the frontend's
     attention modules write it), else None."""
-    split = None
-    for index, tensor in enumerate(qkv):
-        reshape = context.binding_of(tensor)
-        if not _is_op(reshape, "relax.reshape"):
-            return None
-        item = context.binding_of(reshape.args[0])
-        if not isinstance(item, relax.TupleGetItem) or item.index != index:
-            return None
-        if split is not None and not item.tuple_value.same_as(split):
-            return None
-        split = item.tuple_value
-    source = context.binding_of(split)
-    if not _is_op(source, "relax.split") or int(source.attrs.axis) != 2:
+    reshapes = [context.binding_of(tensor) for tensor in qkv]
+    if not all(_is_op(reshape, "relax.reshape") for reshape in reshapes):
         return None
-    sections = source.attrs.indices_or_sections
-    if not (isinstance(sections, tirx.IntImm) and sections.value == 3):
+    source = _split_source(context, [reshape.args[0] for reshape in reshapes])
+    if source is None or int(source.attrs.axis) != 2:
         return None
     five_d = source.args[0]
     dims = _dims(five_d.ty)
@@ -433,7 +437,7 @@ def rewrite_add(context: DispatchContext, call: Any) -> Any:
     x_ty, dtype, n = _row_input(call, "x")
     if _dtype(y_ty) != dtype:
         raise NotDispatched(f"x is {dtype} and y {_dtype(y_ty)}; ResidualAdd takes one dtype")
-    rows = _rows(_dims(x_ty)[:-1]) if x_ty.ndim > 1 else tirx.IntImm("int64", 1)
+    rows = _rows(_dims(x_ty)[:-1])  # 1 for a 1-D tensor
     x2 = _reshape(context, x, [rows, n], "tilus_rows")
     y2 = _reshape(context, y, [rows, n], "tilus_rows")
     out = context.kernel(elementwise_kernel_for("add", n, dtype), [rows, x2, y2], out=_output([rows, n], dtype))
@@ -449,17 +453,12 @@ def rewrite_swiglu(context: DispatchContext, call: Any) -> Any:
     silu = context.binding_of(silu_var)
     if not _is_op(silu, "relax.nn.silu"):
         raise NotApplicable()
-    halves = [context.binding_of(silu.args[0]), context.binding_of(up)]
-    if not all(isinstance(h, relax.TupleGetItem) for h in halves) or [h.index for h in halves] != [0, 1] or \
-            not halves[0].tuple_value.same_as(halves[1].tuple_value):
-        raise NotApplicable()
-    split = context.binding_of(halves[0].tuple_value)
-    if not _is_op(split, "relax.split"):
+    split = _split_source(context, [silu.args[0], up])
+    if split is None:
         raise NotApplicable()
     x = split.args[0]
     x_ty = _tensor(x, "x")
-    sections = split.attrs.indices_or_sections
-    if not (isinstance(sections, tirx.IntImm) and sections.value == 2) or int(split.attrs.axis) not in (-1, x_ty.ndim - 1):
+    if int(split.attrs.axis) not in (-1, x_ty.ndim - 1):
         raise NotApplicable()
     dtype = _dtype(x_ty)
     if dtype not in ROW_DTYPES:
@@ -467,7 +466,7 @@ def rewrite_swiglu(context: DispatchContext, call: Any) -> Any:
     width = _static_last(x_ty, "x")
     if width % 2:
         raise NotApplicable()
-    rows = _rows(_dims(x_ty)[:-1]) if x_ty.ndim > 1 else tirx.IntImm("int64", 1)
+    rows = _rows(_dims(x_ty)[:-1])  # 1 for a 1-D tensor
     x2 = _reshape(context, x, [rows, width], "tilus_rows")
     out = context.kernel(elementwise_kernel_for("swiglu", width // 2, dtype), [rows, x2],
                          out=_output([rows, width // 2], dtype))

@@ -39,7 +39,7 @@ def test_names_are_sorted_and_the_documented_set():
     for pattern in re.findall(r"``(tilus\.[a-z][^`]*)``", intrin.__doc__):
         documented |= _expand(pattern)
     assert set(names) == documented
-    assert len(names) == 4 + 3 + 6 + 15 + 16
+    assert len(names) == 4 + 3 + 9 + 30 + 16  # mma, fill, store (3 scopes), ldmatrix (shared, shared.dyn), cp.async
     for name in ["tilus.mma_m16n8k16_f16f16f32", "tilus.mma_m16n8k16_bf16bf16f32", "tilus.mma_m16n8k16_f16f16f16",
                  "tilus.mma_m16n8k32_s8s8s32", "tilus.mma_fill_m16n8_f32", "tilus.mma_store_m16n8_s32_shared",
                  "tilus.ldmatrix_x1_f16", "tilus.ldmatrix_x2_trans_bf16", "tilus.ldmatrix_x4_trans_f16",
@@ -153,7 +153,9 @@ def test_emitter_errors():
         intrin.emit_ldmatrix(4, True, _buf((16,), "int8"), 0, _buf((16, 32), "int8", "shared"), 0)
     with pytest.raises(IntrinError, match="num must be 1, 2 or 4 matrices, got 3"):
         intrin.emit_ldmatrix(3, False, a, 0, _buf((16, 16), "float16", "shared"), 0)
-    with pytest.raises(IntrinError, match="scope must be one of global, shared, got 'local'"):
+    with pytest.raises(IntrinError, match="ldmatrix_name: scope must be one of shared, shared.dyn, got 'global'"):
+        intrin.ldmatrix_name(4, False, "float16", "global")
+    with pytest.raises(IntrinError, match="scope must be one of global, shared, shared.dyn, got 'local'"):
         intrin.mma_store_name(F16_F32, "local")
 
 

@@ -135,6 +135,11 @@ def test_compiler_failures_say_what_is_missing(monkeypatch):
         export.compile_cuda_binary("this is not CUDA", ["sm_90"])
     with pytest.raises(CompileError, match="unknown target 'sm_70'"):
         export.compile_cuda_binary("", ["sm_70"])
+    # a source nvcc needs seconds for (a fully unrolled loop of 20000 steps), stopped after 0.2 s
+    slow = ("extern \"C\" __global__ void k(float* x) {\n#pragma unroll\n"
+            "  for (int i = 0; i < 20000; ++i) x[i * threadIdx.x] += x[i + 1] * 3.0f;\n}\n")
+    with pytest.raises(CompileError, match=r"nvcc took longer than 0.2 s to build a fatbin for sm_90 \(4 lines"):
+        export.compile_cuda_binary(slow, ["sm_90"], timeout_sec=0.2)
     monkeypatch.setattr(export, "nvcc_path", lambda: None)
     with pytest.raises(CompileError, match=r"several architectures \(sm_80, sm_90\) holds a fatbin built by nvcc, "
                                            r"and nvcc is not on PATH"):

@@ -25,12 +25,12 @@ Each intrinsic: its name and PTX instruction, then its operands (the desc/impl b
     A[32, 16] s8, B[32, 8] s8, C[32, 4] s32, warp        get_mma_atom("int8", "int8", "int32", k=32)...
 ``tilus.mma_fill_m16n8_{f32,f16,s32}``                   none: zeroes the accumulator registers
     C[32, 4] warp                                        get_mma_atom(...).c_layout
-``tilus.mma_store_m16n8_{f32,f16,s32}_{global,shared}``  none: plain stores, lane t writing c_layout.logical(t, s)
-    C[32, 4] warp, D[16, 8] global or shared             get_mma_atom(...).c_layout
-``tilus.ldmatrix_x{1,2,4}[_trans]_{f16,bf16}``           ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16
+``tilus.mma_store_m16n8_{f32,f16,s32}_{global,shared,shared_dyn}``  none: plain stores, lane t writing c_layout.logical(t, s)
+    C[32, 4] warp, D[16, 8] global, shared, shared.dyn   get_mma_atom(...).c_layout
+``tilus.ldmatrix_x{1,2,4}[_trans]_{f16,bf16}[_dyn]``     ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16
     W[32, 2 * num] warp, S[8, 8] / [16, 8] / [16, 16]    get_ldmatrix_atom(num, trans).layout
-    shared (x1 / x2 / x4, indexed as stored)
-``tilus.ldmatrix_x{1,2,4}_s8``                           the same without .trans, bytes two to a word
+    shared (x1 / x2 / x4, indexed as stored; _dyn: S in shared.dyn)
+``tilus.ldmatrix_x{1,2,4}_s8[_dyn]``                      the same without .trans, bytes two to a word
     W[32, 4 * num] warp, S[8, 16] / [16, 16] / [16, 32]  get_ldmatrix_atom(num, dtype_bits=8).layout
 ``tilus.cp_async_{4,8,16}B_ca_{f16,bf16,f32,s8}``        cp.async.ca.shared.global [d], [s], 4 / 8 / 16
     D[n] shared, S[n] global, n = bytes / element size   none: one contiguous vector per thread

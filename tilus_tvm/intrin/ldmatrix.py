@@ -16,6 +16,7 @@ What lines up with ``mma``: ``x4`` = A of ``m16n8k16``, ``x2_trans`` on a row-ma
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 from tvm import tirx
@@ -30,14 +31,22 @@ from tilus_tvm.intrin.registry import PREFIX, IntrinError, IntrinSpec, register
 from tilus_tvm.layout.atoms import LdmatrixAtom, get_ldmatrix_atom
 
 SHARED_SCOPE = "shared"
+SHARED_SCOPES = ("shared", "shared.dyn")  # the tile's scope: static, or dynamic shared memory (``_dyn`` names)
 NUMS = (1, 2, 4)
 WORD_DTYPES = ("float16", "bfloat16")  # 16-bit elements: with and without .trans
 BYTE_DTYPES = ("int8",)  # 8-bit elements: no .trans (it would split words)
 
 
-def ldmatrix_name(num: int, trans: bool, dtype: str) -> str:
-    """``tilus.ldmatrix_x4_trans_f16``."""
-    return f"{PREFIX}ldmatrix_x{num}{'_trans' if trans else ''}_{as_dtype(dtype).ptx}"
+def ldmatrix_name(num: int, trans: bool, dtype: str, scope: str = SHARED_SCOPE) -> str:
+    """``tilus.ldmatrix_x4_trans_f16``; ``tilus.ldmatrix_x4_trans_f16_dyn`` reads a ``shared.dyn`` tile.
+
+    >>> ldmatrix_name(2, True, "float16", "shared.dyn")
+    'tilus.ldmatrix_x2_trans_f16_dyn'
+    """
+    if scope not in SHARED_SCOPES:
+        raise IntrinError(f"ldmatrix_name: scope must be one of {', '.join(SHARED_SCOPES)}, got {scope!r}")
+    suffix = "_dyn" if scope == "shared.dyn" else ""
+    return f"{PREFIX}ldmatrix_x{num}{'_trans' if trans else ''}_{as_dtype(dtype).ptx}{suffix}"
 
 
 def ldmatrix_atom(num: int, trans: bool, dtype: str) -> LdmatrixAtom:
@@ -93,12 +102,14 @@ def emit_ldmatrix(num: int, trans: bool, frag_buf: tirx.Buffer, frag_offset: Any
                                  smem_ptr, smem_ptr_offset, dtype=dtype)
 
 
-def ldmatrix_intrin(num: int, trans: bool, dtype: str) -> tuple[tirx.PrimFunc, tirx.PrimFunc]:
-    """Description and implementation of ``tilus.ldmatrix_x{num}[_trans]_{dtype}`` (buffers W, S)."""
+def ldmatrix_intrin(num: int, trans: bool, dtype: str,
+                    scope: str = SHARED_SCOPE) -> tuple[tirx.PrimFunc, tirx.PrimFunc]:
+    """Description and implementation of ``tilus.ldmatrix_x{num}[_trans]_{dtype}[_dyn]`` (buffers W, S;
+    S in ``scope``, which tensorize matches)."""
     atom = ldmatrix_atom(num, trans, dtype)
     local = atom.layout.local_size
     fragment = Operand("W", (WARP_SIZE, local), dtype, FRAGMENT_SCOPE, "w")
-    tile = Operand("S", atom.shape, dtype, SHARED_SCOPE, "r")
+    tile = Operand("S", atom.shape, dtype, scope, "r")
 
     def desc(W, S):
         with Tb.grid(*atom.shape) as loops:
@@ -121,7 +132,8 @@ def register_all() -> None:
     """Register every ``tilus.ldmatrix_*`` intrinsic."""
     variants = [(num, trans, dtype) for dtype in WORD_DTYPES for num in NUMS for trans in (False, True)]
     variants += [(num, False, dtype) for dtype in BYTE_DTYPES for num in NUMS]
-    for num, trans, dtype in variants:
+    for (num, trans, dtype), scope in itertools.product(variants, SHARED_SCOPES):
         atom = ldmatrix_atom(num, trans, dtype)
         layout = f"atoms.get_ldmatrix_atom({num}, trans={trans}, dtype_bits={atom.dtype_bits}).layout"
-        register(IntrinSpec(ldmatrix_name(num, trans, dtype), atom.ptx, layout, *ldmatrix_intrin(num, trans, dtype)))
+        register(IntrinSpec(ldmatrix_name(num, trans, dtype, scope), atom.ptx, layout,
+                            *ldmatrix_intrin(num, trans, dtype, scope)))

@@ -36,7 +36,7 @@ from tilus_tvm.intrin.registry import PREFIX, IntrinError, IntrinSpec, register
 from tilus_tvm.layout.atoms import MmaAtom, get_mma_atom, mma_atoms
 from tilus_tvm.layout.to_tir import register_inverse_index_map
 
-STORE_SCOPES = ("global", "shared")
+STORE_SCOPES = ("global", "shared", "shared.dyn")
 
 AtomLike = Union[MmaAtom, str]
 
@@ -85,11 +85,12 @@ def mma_fill_name(atom: AtomLike) -> str:
 
 
 def mma_store_name(atom: AtomLike, scope: str) -> str:
-    """``tilus.mma_store_m16n8_f32_global``: an atom's accumulator to a ``scope`` tile."""
+    """``tilus.mma_store_m16n8_f32_global``: an atom's accumulator to a ``scope`` tile (``shared.dyn``:
+    ``..._shared_dyn``)."""
     atom = resolve_atom(atom)
     if scope not in STORE_SCOPES:
         raise IntrinError(f"mma_store_name: scope must be one of {', '.join(STORE_SCOPES)}, got {scope!r}")
-    return f"{PREFIX}mma_store_m{atom.m}n{atom.n}_{_short(atom.c_dtype)}_{scope}"
+    return f"{PREFIX}mma_store_m{atom.m}n{atom.n}_{_short(atom.c_dtype)}_{scope.replace('.', '_')}"
 
 
 # ---- emitters ---------------------------------------------------------------------------------

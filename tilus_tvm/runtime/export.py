@@ -199,10 +199,11 @@ NVCC_FLAGS = ("-O3", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIO
               "--expt-relaxed-constexpr", "--expt-extended-lambda")
 
 
-def compile_cuda_binary(source: str, archs: Sequence[str]) -> tuple[str, bytes]:
+def compile_cuda_binary(source: str, archs: Sequence[str], timeout_sec: Optional[float] = None) -> tuple[str, bytes]:
     """``(fmt, code)`` of ``source`` compiled for ``archs``: a fatbin with one cubin per architecture
     (``nvcc --fatbin -gencode arch=compute_XY,code=sm_XY ...``), or -- without nvcc, for one
-    architecture -- a cubin from NVRTC. Raises :class:`CompileError` naming what failed."""
+    architecture -- a cubin from NVRTC. Raises :class:`CompileError` naming what failed, or when
+    nvcc runs longer than ``timeout_sec`` (None: no limit; NVRTC is not limited)."""
     import subprocess
     import tempfile
 
@@ -228,7 +229,11 @@ def compile_cuda_binary(source: str, archs: Sequence[str]) -> tuple[str, bytes]:
             f.write(source)
         threads = str(max(1, min(len(archs), os.cpu_count() or 1)))
         command = [nvcc, "--fatbin", *NVCC_FLAGS, *gencode, "--threads", threads, "-o", binary_path, source_path]
-        result = subprocess.run(command, capture_output=True, text=True)
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_sec)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"export: nvcc took longer than {timeout_sec:g} s to build a fatbin for "
+                               f"{', '.join(archs)} ({source.count(chr(10))} lines of CUDA); stopped") from None
         if result.returncode != 0:
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-12:])
             raise CompileError(f"export: nvcc failed to build a fatbin for {', '.join(archs)}:\n{tail}")
@@ -265,7 +270,8 @@ def _cuda_modules(module: Any) -> list[Any]:
     return found
 
 
-def compile_blob(blob: bytes, archs: Sequence[str], sources: Sequence[str] = ()) -> tuple[bytes, list[str]]:
+def compile_blob(blob: bytes, archs: Sequence[str], sources: Sequence[str] = (),
+                 timeout_sec: Optional[float] = None) -> tuple[bytes, list[str]]:
     """The packed library ``blob`` with every CUDA module holding code compiled for ``archs``.
 
     A module holding source is compiled from it; one already holding a binary (built on a GPU host,
@@ -285,19 +291,20 @@ def compile_blob(blob: bytes, archs: Sequence[str], sources: Sequence[str] = ())
             logger.warning("export: a CUDA module already holds %s code and its source is not known; it is kept "
                            "as it is (built for one architecture)", payload.fmt)
             continue
-        fmt, code = compile_cuda_binary(source, archs)
+        fmt, code = compile_cuda_binary(source, archs, timeout_sec)
         entry.payload = CudaPayload(fmt, payload.function_table, code).pack()
     return library.pack(), names
 
 
 def export_library(module: Any, path: str, archs: Optional[Sequence[str]] = None,
-                   sources: Optional[Sequence[str]] = None) -> str:
+                   sources: Optional[Sequence[str]] = None, compile_timeout_sec: Optional[float] = None) -> str:
     """Write ``module`` (``tvm.compile``'s Executable, a Relax VM executable or a runtime Module) as
     one shared library whose CUDA modules hold a fatbin for ``archs`` (default: the architectures the
     module was built for by :func:`tilus_tvm.relax.build`, else the current GPU's).
 
     Works without a GPU (the CUDA driver is not needed to export). ``sources``: the CUDA source of
     each CUDA module, for modules that already hold a binary (see :func:`compile_blob`).
+    ``compile_timeout_sec``: stop nvcc after that long (:func:`compile_cuda_binary`).
     Raises :class:`CompileError` when nvcc is missing for several architectures or fails.
     """
     import tvm_ffi
@@ -320,7 +327,7 @@ def export_library(module: Any, path: str, archs: Optional[Sequence[str]] = None
 
     def pack_imports(mod, is_system_lib: bool, symbol_prefix: str, workspace_dir: str) -> str:
         blob = bytes(pack_to_bytes(mod).numpy())
-        blob, names = compile_blob(blob, archs, sources)
+        blob, names = compile_blob(blob, archs, sources, compile_timeout_sec)
         host = _host_module(mod)
         target = host.get_function("_get_target_string")() if host is not None else _host_target_string()
         packed = codegen_blob(blob, is_system_lib, target, symbol_prefix)

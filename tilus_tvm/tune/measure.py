@@ -65,9 +65,12 @@ def build_candidate(mod: tvm.IRModule, target: tvm.target.Target, _params: Optio
 
 
 def build_scheduled(mod: tvm.IRModule, target: tvm.target.Target, _params: Optional[dict] = None):
-    """MetaSchedule build function for schedules of TIR workloads (``tune_tir``): the ``s_tir`` pipeline,
-    which lowers the scheduled blocks and the tensorized intrinsics."""
-    return _built_for(tvm.compile(mod, target=target, tir_pipeline="s_tir").mod, target)
+    """MetaSchedule build function for schedules of TIR workloads (``tune_tir``): ``tune.tir.build``, the
+    ``s_tir`` pipeline (which lowers the scheduled blocks and the tensorized intrinsics) with
+    ``cp.async`` for the pipeline's asynchronous copies."""
+    from tilus_tvm.tune import tir
+
+    return _built_for(tir.build(mod, target).mod, target)
 
 
 def has_device_compiler() -> bool:
@@ -80,13 +83,13 @@ def has_device_compiler() -> bool:
 ARTIFACT_PREFIX = "tilus_candidate_"  # the temporary directory of each artifact export_candidate writes
 
 
-def export_candidate(runtime_module) -> str:
+def export_candidate(runtime_module, compile_timeout_sec: Optional[float] = None) -> str:
     """MetaSchedule export function: the path of ``runtime_module`` written as a shared library holding
     compiled GPU code for the architecture :func:`build_candidate` marked (so loading it in the
     runner compiles nothing). Where neither nvcc nor NVRTC is available, a tar of CUDA source, as
     MetaSchedule's default export writes it (the runner compiles it as it loads it). Each artifact
-    has a directory of its own (:func:`remove_artifact`). A compiler error is the candidate's build
-    error."""
+    has a directory of its own (:func:`remove_artifact`). A compiler error, or nvcc running longer
+    than ``compile_timeout_sec``, is the candidate's build error."""
     import os
     import tempfile
 
@@ -100,7 +103,8 @@ def export_candidate(runtime_module) -> str:
         path = os.path.join(directory, "candidate." + tar.output_format)
         runtime_module.export_library(path, fcompile=tar)
         return path
-    return export.export_library(runtime_module, os.path.join(directory, "candidate.so"), archs=archs)
+    return export.export_library(runtime_module, os.path.join(directory, "candidate.so"), archs=archs,
+                                 compile_timeout_sec=compile_timeout_sec)
 
 
 def remove_artifact(path) -> None:

@@ -22,10 +22,21 @@ backend emits, one implementation each.
 
 Groups: float16 x float16 -> float32 and bfloat16 x bfloat16 -> float32 (``m16n8k16``), A row-major
 ``[m, k]``, B row-major ``[k, n]`` (``ldmatrix.x4`` for A, ``ldmatrix.x2.trans`` for B).
+
+Staging and pipeline. Tiles are staged in dynamic shared memory (``shared.dyn``: TVM merges the
+buffers into one and its CUDA runtime raises the launch limit past 48 KB, up to the architecture's
+limit, which :func:`tuning_target` gives ``VerifyGPUCode``). The rule pipelines the k loop only
+through registers for intrinsic groups other than TVM's own ``mma_sync_*`` ones (each copy loads
+global memory into registers one step ahead, then stores them to shared memory): its ``cp.async``
+form is tied to that group's fragment scopes. :class:`AsyncPipeline` gives our schedules that form
+after the fact: the copies go straight from global to shared memory as ``cp.async`` (TVM's
+``InjectSoftwarePipeline`` with async stages, lowered by ``InjectPTXAsyncCopy``), ``stages - 1``
+k-steps ahead of the mma. Such schedules are compiled under :data:`PASS_CONFIG` (:func:`build`).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 
 from typing import Any, Optional
@@ -40,21 +51,25 @@ import tilus_tvm.intrin as intrin
 from tilus_tvm.intrin.builder import Operand, intrin_func, named
 from tilus_tvm.intrin.fragment import fragment_indices
 from tilus_tvm.layout.atoms import get_mma_atom
-from tilus_tvm.target import resolve_arch
+from tilus_tvm.target import resolve_arch, shared_memory_limit
+from tilus_tvm.tune import measure
 
 SHAPE_PREFIX = "tilus.ms."
 AUTO_TENSORIZE = "meta_schedule.auto_tensorize"
 FRAGMENT_SCOPES = {"wmma.matrix_a": "a", "wmma.matrix_b": "b", "wmma.accumulator": "c"}
-STAGING = "shared"
+STAGING = "shared.dyn"
 DTYPES = ("float16", "bfloat16")
+PASS_CONFIG = {"tirx.use_async_copy": True}  # the async stages' copies become cp.async
+LOCAL_STAGE = "tirx.manifest_shared_memory_local_stage"
+SYNC_STAGES = (0, 0, 0, 0, 0, 1, 1)  # the rule's register-staged pipeline of the outer k loop
 
 
 def _shape_intrinsics(in_dtype: str) -> dict[str, tuple[str, str]]:
     """``{role: (shape intrinsic, tilus intrinsic)}`` for one input dtype, registering the shapes."""
     atom = get_mma_atom(in_dtype, in_dtype, "float32", k=16)
     m, n, k = atom.m, atom.n, atom.k
-    real = {"init": intrin.mma_fill_name(atom), "load_a": intrin.ldmatrix_name(4, False, in_dtype),
-            "load_b": intrin.ldmatrix_name(2, True, in_dtype), "compute": intrin.mma_name(atom),
+    real = {"init": intrin.mma_fill_name(atom), "load_a": intrin.ldmatrix_name(4, False, in_dtype, STAGING),
+            "load_b": intrin.ldmatrix_name(2, True, in_dtype, STAGING), "compute": intrin.mma_name(atom),
             "store": intrin.mma_store_name(atom, STAGING)}
     a = Operand("A", (m, k), in_dtype, "wmma.matrix_a", "r")
     b = Operand("B", (k, n), in_dtype, "wmma.matrix_b", "r")
@@ -111,14 +126,20 @@ def real_names() -> dict[str, str]:
 
 
 def tuning_target(target: Any) -> tvm.target.Target:
-    """The CUDA target with the limits MetaSchedule's rules and ``VerifyGPUCode`` read (static shared
-    memory: the schedules stage through ``"shared"``, at most 48 KB a block)."""
+    """The CUDA target with the limits MetaSchedule's rules and ``VerifyGPUCode`` read (shared memory:
+    the architecture's limit a block, since the schedules stage through ``"shared.dyn"``)."""
     if isinstance(target, tvm.target.Target):
         return target
     arch = resolve_arch(target)
     return tvm.target.Target({"kind": "cuda", "arch": arch, "max_threads_per_block": 1024, "thread_warp_size": 32,
-                              "max_shared_memory_per_block": 49152, "registers_per_block": 65536,
-                              "max_num_threads": 1024}, host="llvm")
+                              "max_shared_memory_per_block": shared_memory_limit(arch),
+                              "registers_per_block": 65536, "max_num_threads": 1024}, host="llvm")
+
+
+def build(mod: tvm.IRModule, target: Any):
+    """``tvm.compile`` of a schedule from this space (the ``s_tir`` pipeline under :data:`PASS_CONFIG`)."""
+    with tvm.transform.PassContext(opt_level=3, config=PASS_CONFIG):
+        return tvm.compile(mod, target=tuning_target(target), tir_pipeline="s_tir")
 
 
 def _fragment_map(layout, shape) -> tirx.IndexMap:
@@ -190,16 +211,61 @@ class TilusFragments(ms.postproc.PyPostproc):
         return TilusFragments()
 
 
+@derived_object
+class AsyncPipeline(ms.postproc.PyPostproc):
+    """The rule's register-staged pipeline of the k loop made a ``cp.async`` one of ``stages`` buffers.
+
+    The rule annotates the shared-memory copies with a local (register) stage and double buffering,
+    and the outer k loop with stages ``(0, 0, 0, 0, 0, 1, 1)`` over its seven statements (each copy's
+    global->register and register->shared halves, then the inner loop's prologue, body and epilogue,
+    itself pipelined one fragment ahead). Here the copies lose their local stage and the outer loop
+    gets five statements' stages ``(0, 0, s - 2, s - 1, s - 1)`` with stage 0 asynchronous: tile
+    ``k + s - 1`` is in flight while the mma works on tile ``k``, in ``s`` shared buffers. A k loop of
+    fewer than ``s`` steps keeps the rule's form (TVM's pipeline would wait on a count it cannot fold)."""
+
+    def __init__(self, stages: int = 3):
+        super().__init__()
+        if int(stages) < 3:
+            raise ValueError(f"AsyncPipeline: stages must be at least 3 (copies two k-steps ahead), got {stages!r}")
+        self.stages = int(stages)
+
+    def _initialize_with_tune_context(self, context) -> None:
+        pass
+
+    def apply(self, sch) -> bool:
+        copies = [block for block in _blocks(sch) if LOCAL_STAGE in sch.get(block).annotations]
+        if not copies:
+            return True  # software_pipeline=False: nothing to do
+        loops = [loop for loop in sch.get_loops(copies[0])  # both copies sit in the outer k loop
+                 if tuple(int(v) for v in sch.get(loop).annotations.get("software_pipeline_stage", ())) == SYNC_STAGES]
+        if len(loops) != 1 or int(sch.get(loops[0]).extent) < self.stages:
+            return True  # not the rule's pipelined form, or fewer k-steps than buffers: left as it is
+        for block in copies:
+            sch.unannotate(block, LOCAL_STAGE)
+            sch.unannotate(block, "double_buffer_scope")
+        (loop,) = loops
+        last = self.stages - 1
+        sch.unannotate(loop, "software_pipeline_stage")
+        sch.unannotate(loop, "software_pipeline_order")
+        sch.annotate(loop, "software_pipeline_stage", [0, 0, last - 1, last, last])
+        sch.annotate(loop, "software_pipeline_order", [0, 1, 3, 2, 4])
+        sch.annotate(loop, "software_pipeline_async_stages", [0])
+        return True
+
+    def clone(self):
+        return AsyncPipeline(self.stages)
+
+
 def schedule_rules(in_dtypes=DTYPES, software_pipeline: bool = True) -> list:
     """MetaSchedule's CUDA rules with ``MultiLevelTilingTensorCore`` over the ``tilus`` groups first;
-    ``software_pipeline``: the rule's pipeline of the k loop (shared-memory copies one step ahead of
-    the fragment loads and mma, double-buffered by TVM's ``InjectSoftwarePipeline``)."""
+    ``software_pipeline``: the rule's pipeline of the k loop (made a ``cp.async`` one by
+    :class:`AsyncPipeline`). Copies move 2, 4 or 8 elements a thread: ``cp.async`` takes 4 to 16 bytes."""
     tensor_core = ms.schedule_rule.MultiLevelTilingTensorCore(
         intrin_groups=[intrin_group(dtype) for dtype in in_dtypes],
         structure="SSSRRSRS",
         tile_binds=["blockIdx.y", "blockIdx.x", "threadIdx.y"],
         max_innermost_factor=4,
-        vector_load_lens=[1, 2, 4, 8],
+        vector_load_lens=[2, 4, 8],
         reuse_read=ms.schedule_rule.ReuseType(req="must", levels=[4], scope=STAGING),
         reuse_write=ms.schedule_rule.ReuseType(req="must", levels=[2], scope=STAGING),
         use_software_pipeline=software_pipeline,
@@ -207,8 +273,9 @@ def schedule_rules(in_dtypes=DTYPES, software_pipeline: bool = True) -> list:
     return [tensor_core] + list(ms.schedule_rule.ScheduleRule.create("cuda"))[1:]
 
 
-def postprocs() -> list:
-    """MetaSchedule's CUDA tensor-core postprocessors with :class:`TilusFragments` before ``RewriteTensorize``."""
+def postprocs(stages: int = 3) -> list:
+    """MetaSchedule's CUDA tensor-core postprocessors with :class:`TilusFragments` before ``RewriteTensorize``
+    and :class:`AsyncPipeline` (``stages`` buffers) before ``VerifyGPUCode``, which counts them."""
     return [
         ms.postproc.DisallowDynamicLoop(),
         ms.postproc.RewriteCooperativeFetch(),
@@ -217,11 +284,12 @@ def postprocs() -> list:
         ms.postproc.RewriteReductionBlock(),
         TilusFragments(),
         ms.postproc.RewriteTensorize(),
+        AsyncPipeline(stages),
         ms.postproc.VerifyGPUCode(),
     ]
 
 
-def space(in_dtypes=DTYPES, software_pipeline: bool = True):
+def space(in_dtypes=DTYPES, software_pipeline: bool = True, stages: int = 3):
     """The design space: post-order application of :func:`schedule_rules`, :func:`postprocs`.
 
     Imports ``tvm.s_tir.tensor_intrin`` first, which the ``TuneContext`` that uses the space would
@@ -230,19 +298,23 @@ def space(in_dtypes=DTYPES, software_pipeline: bool = True):
 
     import_tensor_intrin()
     return ms.space_generator.PostOrderApply(sch_rules=schedule_rules(in_dtypes, software_pipeline),
-                                             postprocs=postprocs(), mutator_probs="cuda")
+                                             postprocs=postprocs(stages), mutator_probs="cuda")
 
 
 def tune_tir(mod: Any, target: Any, work_dir: Optional[str] = None, max_trials_global: int = 64, *,
              num_trials_per_iter: int = 32, builder: Any = None, runner: Any = None, database: Any = None,
-             cost_model: Any = "xgb", seed: Optional[int] = None, software_pipeline: bool = True, **kwargs: Any):
+             cost_model: Any = "xgb", seed: Optional[int] = None, software_pipeline: bool = True, stages: int = 3,
+             compile_timeout_sec: Optional[float] = 30.0, **kwargs: Any):
     """``ms.tune_tir`` on ``mod`` (an ``IRModule`` or ``PrimFunc``) for ``target`` (``"sm_90"``, a
     ``tvm.target.Target``, None: the current GPU) over :func:`space`; returns the database.
 
     Builder and runner default to :mod:`tilus_tvm.tune.measure`'s (``PoolBuilder`` with
-    ``build_scheduled``, the ``s_tir`` pipeline; ``LocalRunner``),
+    ``build_scheduled``, the ``s_tir`` pipeline, failing a candidate whose nvcc runs longer than
+    ``compile_timeout_sec``, as MetaSchedule's ``LocalBuilder`` fails one after 30 s: heavily unrolled
+    schedules can take minutes; ``LocalRunner``),
     the database to a ``JSONDatabase`` in ``work_dir`` (a temporary directory when None).
-    ``software_pipeline``: see :func:`schedule_rules`. ``kwargs`` go to ``ms.tune_tir``
+    ``software_pipeline``: see :func:`schedule_rules`; ``stages``: the ``cp.async`` pipeline's shared
+    buffers (:class:`AsyncPipeline`). ``kwargs`` go to ``ms.tune_tir``
     (``strategy``, ``task_scheduler``, ...).
     """
     import os
@@ -254,8 +326,11 @@ def tune_tir(mod: Any, target: Any, work_dir: Optional[str] = None, max_trials_g
     work_dir = work_dir or tempfile.mkdtemp(prefix="tilus_tune_tir_")
     os.makedirs(work_dir, exist_ok=True)
     with _meta_schedule_logging():
+        if builder is None:
+            builder = measure.default_builder(f_build=measure.build_scheduled, f_export=functools.partial(
+                measure.export_candidate, compile_timeout_sec=compile_timeout_sec))
         return _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder, runner, database,
-                     cost_model, seed, space(software_pipeline=software_pipeline), kwargs)
+                     cost_model, seed, space(software_pipeline=software_pipeline, stages=stages), kwargs)
 
 
 @contextlib.contextmanager
@@ -280,14 +355,12 @@ def _meta_schedule_logging():
 
 def _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder, runner, database, cost_model,
           seed, design_space, kwargs):
-    from tilus_tvm.tune import measure
-
     cores = measure.available_cores()
 
     return ms.tune_tir(
         mod=mod, target=target, work_dir=work_dir, max_trials_global=max_trials_global,
         num_trials_per_iter=num_trials_per_iter,
-        builder=builder if builder is not None else measure.default_builder(f_build=measure.build_scheduled),
+        builder=builder,
         runner=runner if runner is not None else measure.default_runner(),
         database=database if database is not None else ms.database.JSONDatabase(work_dir=work_dir),
         cost_model=cost_model if not isinstance(cost_model, str) or cost_model != "xgb" else ms.cost_model.XGBModel(
@@ -296,7 +369,8 @@ def _tune(mod, target, work_dir, max_trials_global, num_trials_per_iter, builder
 
 
 def compile_best(database, mod: Any, target: Any):
-    """The best schedule of ``mod`` in ``database`` as a scheduled ``IRModule`` (None if none worked)."""
+    """The best schedule of ``mod`` in ``database`` as a scheduled ``IRModule`` (None if none worked);
+    compile it with :func:`build`."""
     target = tuning_target(target)
     if isinstance(mod, tirx.PrimFunc):
         mod = tvm.IRModule({"main": mod.with_attr("global_symbol", "main")})

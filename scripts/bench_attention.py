@@ -7,7 +7,9 @@
 
 ``--configs``: FlashAttention configurations (block_q, block_kv, warps, stages, out_chunk and, optionally,
 q_in_registers as 0/1) to time in place of the library's choice, one prefill table each (for tuning
-FLASH_CONFIGS); ``--seqs`` limits the prefill lengths.
+FLASH_CONFIGS); ``--wgmma-configs``: the same for FlashAttentionWgmma on sm_90a (block_q, block_kv,
+stages and optionally overlap as 0/1; WGMMA_FLASH_CONFIGS); ``--seqs`` limits the prefill lengths. On sm_90a ``ours`` is
+FlashAttentionWgmma and the ``mma.sync`` column FlashAttention, timed in the same run.
 
 ``--decode-configs``: DecodeAttention configurations (block_kv, warps, lanes, stages, and optionally
 splits and min_blocks: ``DecodeConfig``), one row each with GB/s and the ratio to SDPA at every KV
@@ -73,7 +75,9 @@ def prefill(label=""):
     flash, cudnn = sdpa_backend("FLASH_ATTENTION"), sdpa_backend("CUDNN_ATTENTION")
     print(f"\n# prefill: batch {BATCH}, heads {HEADS}, head_dim {HEAD_DIM}, {DTYPE} (TFLOP/s){label}; "
           f"goal: vs flash >= 0.8x")
-    print(f"{'seq':>6}{'causal':>8}{'ours':>9}{'flash':>9}{'cudnn':>9}{'vs flash':>10}{'max err':>10}")
+    hopper = torch.cuda.get_device_capability() == (9, 0)  # ours is FlashAttentionWgmma; mma.sync beside it
+    print(f"{'seq':>6}{'causal':>8}{'ours':>9}{'mma.sync':>9}{'flash':>9}{'cudnn':>9}{'vs flash':>10}"
+          f"{'vs cudnn':>10}{'max err':>10}")
     for seq in PREFILL_SEQS:
         q, k, v = (torch.randn(BATCH, HEADS, seq, HEAD_DIM, dtype=DTYPE, device="cuda") for _ in range(3))
         for causal in (False, True):
@@ -81,12 +85,17 @@ def prefill(label=""):
             error = (flash_attention(q, k, v, causal=causal).float() - expected.float()).abs().max().item()
             flops = 4 * BATCH * HEADS * seq * seq * HEAD_DIM / (2 if causal else 1)
             tflops = lambda ms: None if ms is None else flops / ms / 1e9  # noqa: E731
+            if hopper:
+                error = max(error, (flash_attention(q, k, v, causal=causal, wgmma=False).float()
+                                    - expected.float()).abs().max().item())
             ours = tflops(try_time(flash_attention, q, k, v, causal=causal))
+            legacy = tflops(try_time(flash_attention, q, k, v, causal=causal, wgmma=False)) if hopper else None
             t_flash = tflops(try_time(flash, q, k, v, causal)) if flash else None
             t_cudnn = tflops(try_time(cudnn, q, k, v, causal)) if cudnn else None
             ratio = ours / t_flash if ours and t_flash else None
-            print(f"{seq:>6}{str(causal):>8}{column(ours)}{column(t_flash)}{column(t_cudnn)}"
-                  f"{column(ratio, '{:9.2f}x')}{error:10.1e}")
+            ratio_cudnn = ours / t_cudnn if ours and t_cudnn else None
+            print(f"{seq:>6}{str(causal):>8}{column(ours)}{column(legacy)}{column(t_flash)}{column(t_cudnn)}"
+                  f"{column(ratio, '{:9.2f}x')}{column(ratio_cudnn, '{:9.2f}x')}{error:10.1e}")
         del q, k, v
 
 
@@ -179,6 +188,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default=None,
                         help="FlashAttention configs: bq,bkv,warps,stages,out_chunk[,q_in_registers] ...")
+    parser.add_argument("--wgmma-configs", default=None,
+                        help="FlashAttentionWgmma configs on sm_90a: block_q,block_kv,stages[,overlap] ...")
     parser.add_argument("--seqs", default=None, help="comma-separated prefill lengths (default 1024,4096,16384)")
     parser.add_argument("--decode-configs", default=None,
                         help="DecodeAttention configs: block_kv,warps,lanes,stages[,splits[,min_blocks]] ...")
@@ -195,6 +206,13 @@ def main():
     if options.decode_configs:
         configs = [decode_attention_module.DecodeConfig.parse(text) for text in options.decode_configs.split()]
         decode_sweep(configs, lengths)
+        return
+    if options.wgmma_configs:
+        for text in options.wgmma_configs.split():
+            config = tuple(int(v) for v in text.split(","))
+            attention.WGMMA_FLASH_CONFIGS[HEAD_DIM] = config
+            attention._FLASH_KERNELS.clear()
+            prefill(f", FlashAttentionWgmma{config}")
         return
     if options.configs:
         for text in options.configs.split():

@@ -27,7 +27,7 @@ TEST_GROUPS=(
   "matmul:tests/schedules/test_matmul.py tests/schedules/test_matmul_wgmma.py tests/schedules/test_matmul_splitk.py tests/backend tests/intrin"
   "reduce:tests/instructions/test_reduce.py tests/instructions/test_reduce_dims.py tests/schedules/test_norms.py"
   "math:tests/schedules/test_softmax.py tests/schedules/test_elementwise.py tests/instructions/test_math.py tests/instructions/test_scan.py"
-  "attention:tests/schedules/test_attention.py"
+  "attention:tests/schedules/test_attention.py tests/schedules/test_attention_wgmma.py"
   "views:tests/instructions/test_views.py tests/instructions/test_shared_slices.py tests/instructions/test_item_ptr.py tests/instructions/test_async_copy.py tests/instructions/test_dot_split.py tests/instructions/test_scalar_memory.py tests/instructions/test_global_subview.py"
   "lowp:tests/instructions/test_lowp_gpu.py tests/schedules/test_quantized_matmul_gpu.py"
   "relax:tests/relax"

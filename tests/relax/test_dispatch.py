@@ -204,3 +204,11 @@ def test_a_kernel_that_fails_leaves_the_call_on_tvms_path_with_a_warning(caplog)
         decisions = decisions_for(lambda x: relax.op.nn.softmax(x), [tensor("x", [4, 768])], patterns=(pattern,))
     assert [(d.pattern, d.dispatched) for d in decisions] == [("broken_softmax", False)]
     assert "not dispatched (broken_softmax): the kernel failed: call(Broken)" in caplog.text
+
+
+def test_on_sm_90a_attention_takes_the_wgmma_kernel():
+    """sm_90a: the block's attention dispatches to FlashAttentionWgmma (sm_90: mma.sync's FlashAttention)."""
+    for arch, wgmma in (("sm_90a", True), ("sm_90", False)):
+        mod = DispatchKernels(arch)(small_block_module())
+        names = [gv.name_hint for gv in mod.get_global_vars() if gv.name_hint.startswith("tilus_flash_attention")]
+        assert len(names) == 1 and names[0].startswith("tilus_flash_attention_wgmma_float16") == wgmma, names

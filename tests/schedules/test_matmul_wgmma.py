@@ -233,3 +233,39 @@ def test_exports_sm_90a_machine_code_without_a_gpu(tmp_path):
     assert b"__global__" not in data and b"wgmma.mma_async" not in data  # compiled, not source or PTX
     (payload,) = cuda_payloads(path)
     assert payload.fmt == "fatbin" and [kind for kind, _ in fatbin_entries(payload.code)] == ["cubin"]
+
+
+class Pinned(tilus.Script):
+    """One wgmma whose wait pins ``pin``: "acc", "other" (a float32 tensor no wgmma writes) or "int"."""
+
+    def __init__(self, pin):
+        super().__init__()
+        self.pin = pin
+
+    def __call__(self, a_ptr: ~float16, c_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        ga = self.global_view(a_ptr, dtype=float16, shape=[64, 16])
+        gc = self.global_view(c_ptr, dtype=float32, shape=[64, 64])
+        sa = self.shared_tensor(dtype=float16, shape=[64, 16])
+        self.copy_async(src=ga, dst=sa, offsets=[0, 0])
+        self.copy_async_wait_all()
+        self.fence_proxy_async()
+        self.sync()
+        acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+        other = self.register_tensor(dtype=float32, shape=[64, 64], init=1.0)
+        self.wgmma_fence(pin=[acc])
+        self.wgmma(sa, sa[0:64, 0:16].transpose(), acc)
+        self.wgmma_commit_group()
+        self.wgmma_wait_group(0, pin={"acc": [acc], "other": [other], "int": [3]}[self.pin])
+        self.store_global(gc, acc + other, offsets=[0, 0])
+
+
+def test_wgmma_pins_only_what_it_is_told():
+    z = torch.zeros(64, 64, dtype=torch.float16)
+    code = Pinned("acc").compile(z, z.float(), target="sm_90a").cuda_source
+    assert code.count("tilus_wgmma_fence_operand_32(") == 3  # its definition, the fence's pin, the wait's pin
+    with pytest.raises(CompileError, match="pin names .* which no wgmma of this kernel accumulates into"):
+        Pinned("other").compile(z, z.float(), target="sm_90a")
+    with pytest.raises(ScriptError, match="pin takes float32 register tensors"):
+        Pinned("int").compile(z, z.float(), target="sm_90a")

@@ -15,8 +15,8 @@ hook); one given another layout is refused with the reason (:func:`descriptor_bi
 Emitter: for each 16-wide k step, one ``wgmma.mma_async.m64n{n}k16`` per warpgroup, its descriptors
 built from the operands' shared addresses (``tilus_tvm.intrin.wgmma``). The fences are single PTX
 instructions; ``wgmma_fence`` and ``wgmma_wait_group`` also pin every ``wgmma`` accumulator of the
-kernel for the CUDA compiler (an empty ``asm`` that reads and writes each register), so that no read
-of an accumulator moves above the wait that completes it.
+kernel (or the ones named by ``pin``) for the CUDA compiler (an empty ``asm`` that reads and writes
+each register), so that no read of an accumulator moves above the wait that completes it.
 
 Registered for ``sm_90`` and newer; the emitters require an arch-specific target (``sm_90a``).
 """
@@ -170,8 +170,12 @@ def _accumulators(func) -> list:
     return found
 
 
-def _pin_accumulators(ctx: CodegenContext) -> None:
-    for tensor in _accumulators(ctx.func):
+def _pin_accumulators(ctx: CodegenContext, pin: Optional[tuple] = None) -> None:
+    accumulators = _accumulators(ctx.func)
+    for tensor in pin or ():
+        if all(tensor is not acc for acc in accumulators):
+            raise CompileError(f"wgmma: pin names {tensor.describe()}, which no wgmma of this kernel accumulates into")
+    for tensor in accumulators if pin is None else pin:
         if id(tensor) in ctx.registers:
             Tb.evaluate(ptx.emit_fence_operand(ctx.reg(tensor), tensor.layout.local_size))
 
@@ -218,14 +222,14 @@ def _emit_register_a(ctx: CodegenContext, inst: ir.Wgmma) -> None:
 
 def emit_wgmma_fence(ctx: CodegenContext, inst: ir.WgmmaFence) -> None:
     _check_target(ctx.func.arch, "wgmma_fence")
-    _pin_accumulators(ctx)
+    _pin_accumulators(ctx, inst.pin)
     Tb.evaluate(ptx.emit_fence("tilus_wgmma_fence"))
 
 
 def emit_wgmma_wait_group(ctx: CodegenContext, inst: ir.WgmmaWaitGroup) -> None:
     _check_target(ctx.func.arch, "wgmma_wait_group")
     Tb.evaluate(ptx.emit_wait_group(inst.n))
-    _pin_accumulators(ctx)
+    _pin_accumulators(ctx, inst.pin)
 
 
 def emit_wgmma_commit_group(ctx: CodegenContext, inst: ir.WgmmaCommitGroup) -> None:

@@ -231,7 +231,9 @@ class Wgmma(Instruction):
 @dataclass(eq=False)
 class WgmmaFence(Instruction):
     """``wgmma.fence``: orders this warpgroup's earlier register and shared-memory accesses before its
-    next ``wgmma``."""
+    next ``wgmma``. ``pin``: the accumulators pinned for the CUDA compiler (None: every one)."""
+
+    pin: Optional[tuple] = None
 
 
 @dataclass(eq=False)
@@ -241,9 +243,11 @@ class WgmmaCommitGroup(Instruction):
 
 @dataclass(eq=False)
 class WgmmaWaitGroup(Instruction):
-    """``wgmma.wait_group n``: wait until at most ``n`` committed groups are still running."""
+    """``wgmma.wait_group n``: wait until at most ``n`` committed groups are still running. ``pin``: the
+    accumulators pinned for the CUDA compiler (None: every one)."""
 
     n: int
+    pin: Optional[tuple] = None
 
 
 @dataclass(eq=False)

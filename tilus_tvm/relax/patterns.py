@@ -385,7 +385,8 @@ def rewrite_attention(context: DispatchContext, call: Any) -> Any:
         operands = [qkv, qkv, qkv]
     else:
         operands = [q, k, v]
-    kernel = flash_kernel_for(d, mask is not None, dtype, heads=h, packed_qkv=packed is not None)
+    kernel = flash_kernel_for(d, mask is not None, dtype, heads=h, packed_qkv=packed is not None,
+                              wgmma=context.wgmma)
     return context.kernel(kernel, [rows, seq_q, seq_k, scale * LOG2E, *operands],
                           out=_output([batch, seq_q, heads, head_dim], dtype))
 

@@ -27,6 +27,10 @@ left when the lengths differ); a block stops at the last key tile its rows can s
     o = flash_attention(q, k, v, causal=True)            # picks a configuration
     o = flash_attention(q, k, v, causal=True, tune=True) # the tuned configuration (docs/tuning.md)
 
+On sm_90a :func:`flash_attention` (and Relax's attention dispatch) take
+:class:`~tilus_tvm.schedules.attention_sm90.FlashAttentionWgmma` instead: both products on Hopper's
+``wgmma`` (``wgmma=False`` keeps this kernel).
+
 ``FlashAttention`` carries an ``opt_in`` ``@autotune`` space of 36 configurations (``block_q`` with
 ``warps``, ``block_kv``, ``stages``, ``out_chunk``; the lengths and ``batch_heads`` bucketed by
 powers of two) holding the hand-picked ones; ``FlashAttention()`` is the default configuration.
@@ -39,7 +43,7 @@ from typing import Any, Optional
 import tilus_tvm as tilus
 from tilus_tvm import bfloat16, float16, float32, int32, void
 from tilus_tvm.dtypes import as_dtype
-from tilus_tvm.errors import LaunchError, ScriptError
+from tilus_tvm.errors import CompileError, LaunchError, ScriptError
 from tilus_tvm.tune.library import tuned_kernel, use_tuned
 
 LOG2E = 1.4426950408889634
@@ -170,6 +174,8 @@ class FlashAttention(tilus.Script):
             else:
                 if kv0 + bkv > seq_k:
                     s = self.where(key_ids < seq_k - kv0, s, NEG_INF)
+            # each step bound to a name: a name materializes its tile, while an unnamed expression
+            # would be evaluated again where it is used (alpha after m is overwritten)
             m_new = self.maximum(m, self.max(s, dim=1, keepdim=True))
             p = self.exp2(s - m_new)
             alpha = self.exp2(m - m_new)
@@ -252,7 +258,7 @@ def check_attention_inputs(fn: str, q: Any, k: Any, v: Any, names: tuple[str, st
 
 
 def flash_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None,
-                    out: Optional[Any] = None, *, tune: Optional[bool] = None) -> Any:
+                    out: Optional[Any] = None, *, tune: Optional[bool] = None, wgmma: Optional[bool] = None) -> Any:
     """``softmax(q @ k^T * scale [+ causal mask]) @ v`` for CUDA tensors [batch, heads, seq, head_dim].
 
     Like ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``:
@@ -261,6 +267,8 @@ def flash_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optiona
     head_dim] ones (read and written where they are). Raises :class:`LaunchError` naming the bad argument.
     ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) launches the configuration
     tuned for the shapes (lengths rounded up to powers of two) instead of the hand-picked one.
+    ``wgmma``: Hopper's ``FlashAttentionWgmma`` (default: on an sm_90a GPU, untuned) or ``mma.sync``'s
+    ``FlashAttention`` (False; the tuned kernels are these).
 
         o = flash_attention(q, k, v, causal=True)     # q, k, v [batch, heads, seq, 128] float16
     """
@@ -285,7 +293,7 @@ def flash_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optiona
         kernel = tuned_kernel(FlashAttention, head_dim=head_dim, causal=bool(causal),
                               dtype=bfloat16 if q.dtype == torch.bfloat16 else float16, **layout)
     else:
-        kernel = flash_kernel_for(head_dim, bool(causal), q.dtype, **layout)
+        kernel = flash_kernel_for(head_dim, bool(causal), q.dtype, wgmma=wgmma, **layout)
     bh = batch * heads
     if transposed:
         kernel(bh, seq_q, seq_k, scale * LOG2E, *(t.transpose(1, 2) for t in (q, k, v, out)))
@@ -297,18 +305,36 @@ def flash_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optiona
 
 # (block_q, block_kv, warps, stages, out_chunk[, q_in_registers]) by head_dim.
 FLASH_CONFIGS = {64: (64, 64, 4, 2, 32), 128: (64, 64, 4, 2, 32)}
+# FlashAttentionWgmma's (block_q, block_kv, stages, overlap) by head_dim, on sm_90a. On an H200 at 4x32
+# heads x 2K-4K, d 128: (128, 128, 2, False) 413-459 TFLOP/s (343-399 causal); overlapped (128, 128, 3,
+# True) 359-402 (289-342); (128, 64, 4, True) 329-375; (128, 64, 3, False) 385-410.
+WGMMA_FLASH_CONFIGS = {64: (128, 128, 2, False), 128: (128, 128, 2, False)}
 _FLASH_KERNELS: dict = {}
 
 
 def flash_kernel_for(head_dim: int, causal: bool, dtype: Any, heads: int = 0,
-                     packed_qkv: bool = False) -> FlashAttention:
+                     packed_qkv: bool = False, wgmma: Optional[bool] = None) -> FlashAttention:
     """The ``FlashAttention`` that :func:`flash_attention` uses (``heads``, ``packed_qkv``: the
-    [batch, seq, heads, head_dim] layouts, for Relax's dispatch)."""
-    key = (head_dim, causal, str(dtype), heads, packed_qkv)
+    [batch, seq, heads, head_dim] layouts, for Relax's dispatch): on sm_90a (``wgmma``; None: whether
+    the current GPU is an sm_90a one) the ``FlashAttentionWgmma`` of :data:`WGMMA_FLASH_CONFIGS`."""
+    if wgmma is None:
+        from tilus_tvm.target import current_arch
+
+        try:
+            wgmma = current_arch() == "sm_90a"
+        except CompileError:  # no GPU here: the portable kernel
+            wgmma = False
+    key = (head_dim, causal, str(dtype), heads, packed_qkv, bool(wgmma))
+    dtype = bfloat16 if "bfloat16" in str(dtype) else float16
+    if key not in _FLASH_KERNELS and wgmma:
+        from tilus_tvm.schedules.attention_sm90 import FlashAttentionWgmma
+
+        bq, bkv, stages, *overlap = WGMMA_FLASH_CONFIGS[head_dim]
+        _FLASH_KERNELS[key] = FlashAttentionWgmma(head_dim, bq, bkv, stages, causal, dtype, heads=heads,
+                                                  packed_qkv=packed_qkv, overlap=bool(overlap[0]) if overlap else False)
     if key not in _FLASH_KERNELS:
         bq, bkv, warps, stages, oc, *rest = FLASH_CONFIGS[head_dim]
         q_in_registers = rest[0] if rest else True
-        _FLASH_KERNELS[key] = FlashAttention(head_dim, bq, bkv, warps, stages, oc, causal,
-                                             bfloat16 if "bfloat16" in str(dtype) else float16, q_in_registers,
+        _FLASH_KERNELS[key] = FlashAttention(head_dim, bq, bkv, warps, stages, oc, causal, dtype, q_in_registers,
                                              heads=heads, packed_qkv=packed_qkv)
     return _FLASH_KERNELS[key]

@@ -68,22 +68,37 @@ class HopperInstructions(InstructionBase):
             raise ScriptError(f"wgmma: k={k} must be a multiple of 16")
         builder.emit(ir.Wgmma(acc, a, b, acc))
 
-    def wgmma_fence(self) -> None:
+    def wgmma_fence(self, pin=None) -> None:
         """``wgmma.fence.sync.aligned``: before a warpgroup's first ``wgmma`` on an accumulator, and after
-        the accumulator was touched by other instructions."""
-        self._builder("wgmma_fence").emit(ir.WgmmaFence())
+        the accumulator was touched by other instructions. ``pin``: see :meth:`wgmma_wait_group`."""
+        self._builder("wgmma_fence").emit(ir.WgmmaFence(self._pinned("wgmma_fence", pin)))
 
     def wgmma_commit_group(self) -> None:
         """``wgmma.commit_group.sync.aligned``: the ``wgmma`` issued since the last commit form a group."""
         self._builder("wgmma_commit_group").emit(ir.WgmmaCommitGroup())
 
-    def wgmma_wait_group(self, n: int) -> None:
+    def wgmma_wait_group(self, n: int, pin=None) -> None:
         """``wgmma.wait_group.sync.aligned n``: wait until at most ``n`` of the warpgroup's committed
         groups still run (``n`` a compile-time int). With ``n = 0`` the accumulators are final and the
-        operands' shared memory may be overwritten."""
+        operands' shared memory may be overwritten.
+
+        ``pin``: the accumulators whose registers are pinned here for the CUDA compiler (an empty
+        ``asm`` reading and writing each, so that no access moves across); None pins every ``wgmma``
+        accumulator of the kernel. When groups stay in flight across this point, name only the
+        accumulators that are not in flight: pinning one that is counts as reading it mid-flight, and
+        ptxas then serializes every ``wgmma`` of the kernel."""
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 7:
             raise ScriptError(f"wgmma_wait_group: n must be a compile-time int from 0 to 7, got {n!r}")
-        self._builder("wgmma_wait_group").emit(ir.WgmmaWaitGroup(n))
+        self._builder("wgmma_wait_group").emit(ir.WgmmaWaitGroup(n, self._pinned("wgmma_wait_group", pin)))
+
+    def _pinned(self, what: str, pin):
+        if pin is None:
+            return None
+        tensors = tuple(pin) if isinstance(pin, (list, tuple)) else (pin,)
+        for tensor in tensors:
+            if not isinstance(tensor, RegisterTensor) or tensor.dtype.name != "float32":
+                raise ScriptError(f"{what}: pin takes float32 register tensors (wgmma accumulators), got {tensor!r}")
+        return tensors
 
     def fence_proxy_async(self) -> None:
         """``fence.proxy.async.shared::cta``: make this thread's shared-memory writes (``cp.async`` copies

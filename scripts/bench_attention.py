@@ -207,20 +207,16 @@ def main():
         configs = [decode_attention_module.DecodeConfig.parse(text) for text in options.decode_configs.split()]
         decode_sweep(configs, lengths)
         return
-    if options.wgmma_configs:
-        for text in options.wgmma_configs.split():
-            config = tuple(int(v) for v in text.split(","))
-            attention.WGMMA_FLASH_CONFIGS[HEAD_DIM] = config
-            attention._FLASH_KERNELS.clear()
-            prefill(f", FlashAttentionWgmma{config}")
-        return
-    if options.configs:
-        for text in options.configs.split():
-            config = tuple(int(v) for v in text.split(","))
-            attention.FLASH_CONFIGS[HEAD_DIM] = config
-            attention._FLASH_KERNELS.clear()
-            prefill(f", FlashAttention{config}")
-        return
+    sweeps = [(options.wgmma_configs, attention.WGMMA_FLASH_CONFIGS, "FlashAttentionWgmma"),
+              (options.configs, attention.FLASH_CONFIGS, "FlashAttention")]
+    for texts, table, name in sweeps:
+        if texts:  # one prefill table per configuration, set in the library's table
+            for text in texts.split():
+                config = tuple(int(v) for v in text.split(","))
+                table[HEAD_DIM] = config
+                attention._FLASH_KERNELS.clear()
+                prefill(f", {name}{config}")
+            return
     print(f"# FlashAttention config (block_q, block_kv, warps, stages, out_chunk): {attention.FLASH_CONFIGS[HEAD_DIM]}")
     prefill()
     decode(lengths)

@@ -94,8 +94,7 @@ class FlashAttentionWgmma(FlashAttention):
             self.fence_proxy_async()
             self.sync()
             self.wgmma_fence(pin=[s_cur])
-            for c0 in list(range(chunks)):
-                self.wgmma(sq[c0], sk[0, c0].transpose(), s_cur)
+            self.scores(sq, sk, 0, s_cur)
             self.wgmma_commit_group()
             self.wgmma_wait_group(0, pin=[s_cur])
         for j in range(num_kv):
@@ -110,8 +109,7 @@ class FlashAttentionWgmma(FlashAttention):
                 # (the pins name only accumulators not in flight: tile j - 1's p @ v may still run here)
                 s_next = self.register_tensor(dtype=float32, shape=[bq, bkv], init=0.0)
                 self.wgmma_fence(pin=[s_next])
-                for c1 in list(range(chunks)):
-                    self.wgmma(sq[c1], sk[(j + 1) % stages, c1].transpose(), s_next)
+                self.scores(sq, sk, (j + 1) % stages, s_next)
                 self.wgmma_commit_group()
             else:
                 self.copy_async_wait_group(stages - 2)  # tile j has landed ...
@@ -122,8 +120,7 @@ class FlashAttentionWgmma(FlashAttention):
                 self.copy_async_commit_group()
                 s_cur = self.register_tensor(dtype=float32, shape=[bq, bkv], init=0.0)
                 self.wgmma_fence()
-                for c2 in list(range(chunks)):
-                    self.wgmma(sq[c2], sk[stage, c2].transpose(), s_cur)
+                self.scores(sq, sk, stage, s_cur)
                 self.wgmma_commit_group()
                 self.wgmma_wait_group(0)
             s = s_cur * scale_log2
@@ -165,6 +162,12 @@ class FlashAttentionWgmma(FlashAttention):
         inv_l = 1.0 / l
         o_at, o_dims = self.tile(bh, 3, q0)
         self.store_global(go, (acc * inv_l).to(dtype), offsets=o_at, dims=o_dims)
+
+    def scores(self, sq, sk, stage: Any, s):
+        """Issue ``s += q @ k^T`` on the key tile in ``stage`` of the ring: one ``wgmma`` per 64-column
+        chunk of head_dim (the caller fences before and commits after)."""
+        for c in list(range(self.head_dim // CHUNK)):
+            self.wgmma(sq[c], sk[stage, c].transpose(), s)
 
     def copy_kv(self, gk, gv, sk, sv, bh, stage: Any, tile: Any):
         """cp.async of key/value tile ``tile`` into ``stage`` of the rings, chunk by chunk."""

@@ -11,7 +11,8 @@ Shapes with m <= 128 also get ``MatmulSplitK`` rows: its configuration for m wit
 ``--splits`` (those the k allows), to tune ``choose_splits`` in tilus_tvm/schedules/matmul_splitk.py.
 The seed's MatmulV0 runs at 4096^3 for reference. On an H100 or H200 (m >= 64), every shape also runs
 with b stored [n, k] (``x @ w.t()``, the layout Hopper's ``wgmma`` reads): cuBLAS on ``a @ w.t()``,
-``MatmulWgmma`` at its best of ``--wgmma-configs``, and ``matmul(a, w.t())``; those rows' ratios are
+``MatmulWgmma`` at its best of ``--wgmma-configs`` (its tiles loaded by TMA, and again by ``cp.async``),
+and ``matmul(a, w.t())``; those rows' ratios are
 against that cuBLAS row. Results are checked against torch before
 timing; times are medians of CUDA events.
 Our Triton kernel is written for this benchmark in the style of Triton's matmul tutorial (grouped
@@ -161,6 +162,7 @@ def main() -> None:
             cublas_ms = benchmark_func(lambda: torch.matmul(a, w.t(), out=c), warmup=5, repeat=args.repeat)
             row("cuBLAS, b = w.t()", cublas_ms)
             best_of("MatmulWgmma", wgmma_configs, lambda config: MatmulWgmma(*config), w)
+            best_of("MatmulWgmma, cp.async", wgmma_configs, lambda config: MatmulWgmma(*config, tma=False), w)
             c.fill_(float("nan"))
             matmul(a, w.t(), out=c)
             torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)

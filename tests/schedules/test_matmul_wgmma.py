@@ -67,7 +67,7 @@ def test_operands_get_the_swizzle_wgmma_reads_and_start_on_its_period(block_k, s
 
 def test_ptx_has_wgmma_fences_and_cp_async():
     z = torch.zeros(256, 256, dtype=torch.float16)
-    code = MatmulWgmma(128, 256, 64, 4).compile(256, 256, 256, z, z, z, target="sm_90a").ptx
+    code = MatmulWgmma(128, 256, 64, 4, tma=False).compile(256, 256, 256, z, z, z, target="sm_90a").ptx
     assert code.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16") >= 4
     for instruction in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
                         "wgmma.wait_group.sync.aligned 1", "wgmma.wait_group.sync.aligned 0",

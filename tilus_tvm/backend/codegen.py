@@ -26,6 +26,7 @@ from tilus_tvm.ir.stmt import (AssignScalar, BindScalar, BreakStmt, ContinueStmt
                                IfStmt, InstStmt, Param, SeqStmt, Stmt, WhileStmt, instructions, jumps_out)
 from tilus_tvm.ir.tensor import RegisterTensor
 from tilus_tvm.passes.shared_memory import SharedMemoryPlan
+from tilus_tvm.instructions.tma import encode_tensor_maps
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 
@@ -171,6 +172,7 @@ def generate(func: Function, plan: SharedMemoryPlan, params: Optional[list[Param
                     flat = Tb.decl_buffer((numel,), param.buffer.dtype, data=param.buffer.data)
                     IRBuilder.name(f"{c_identifier(param.name)}_flat", flat)
                     ctx.flat_views[param.name] = flat
+            encode_tensor_maps(func, ctx)  # host code: before the launch
             frames = []
             for iv, extent in zip(func.block_vars, list(func.blocks) + [1] * (3 - len(func.blocks))):
                 frames.append(Tb.attr(iv, "thread_extent", extent))

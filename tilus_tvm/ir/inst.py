@@ -257,6 +257,38 @@ class FenceProxyAsync(Instruction):
 
 
 @dataclass(eq=False)
+class MbarrierInit(Instruction):
+    """Thread 0 initialises every ``mbarrier`` of ``barriers`` (a uint64 shared tensor) to expect
+    ``arrivals`` arrivals a phase; then the block synchronises."""
+
+    barriers: SharedTensor
+    arrivals: int
+
+
+@dataclass(eq=False)
+class MbarrierWait(Instruction):
+    """Every thread waits until ``barrier`` (one element of a uint64 shared tensor) has completed the
+    phase of parity ``phase``."""
+
+    barrier: SharedTensor
+    phase: Any
+
+
+@dataclass(eq=False)
+class TmaLoad(Instruction):
+    """Hopper's tensor memory accelerator copies the tile ``src[offsets...]`` (shape ``dst.shape``, along
+    ``dims``) into ``dst``: thread 0 arrives on ``barrier`` expecting the tile's bytes and issues
+    ``cp.async.bulk.tensor``; the barrier's phase completes when they have landed. Elements outside
+    ``src`` are written as zeros."""
+
+    dst: SharedTensor
+    src: GlobalTensor
+    offsets: tuple[Any, ...]
+    dims: tuple[int, ...]
+    barrier: SharedTensor
+
+
+@dataclass(eq=False)
 class Sync(Instruction):
     """``__syncthreads()``."""
 

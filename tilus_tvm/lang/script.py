@@ -145,6 +145,7 @@ class _ScriptState:
         self.attrs = Attributes()
         self.block_idx: Optional[Dim3] = None
         self.builder = None  # the tilus_tvm.ir.builder.Builder of the translation in progress
+        self.aligned_pointers: frozenset = frozenset()  # of the translation in progress (see Script.aligned)
         self.launch_table = None  # tilus_tvm.runtime.launcher.LaunchTable, made at the first launch
         self.kernels: dict = {}
 
@@ -196,6 +197,16 @@ class Script(MemoryInstructions, ComputeInstructions, DotSplitInstructions, Assi
     def utils(self) -> "ScriptUtils":
         """Scalar helpers usable in a kernel: ``self.utils.ceil_div(a, b)``."""
         return _UTILS
+
+    def aligned(self, pointer: Any) -> bool:
+        """Whether the data of pointer parameter ``pointer`` is 16-byte aligned in this specialisation (a
+        compile-time bool: the launcher specialises on it), to choose between code paths that need it
+        (``tma_load``, 16-byte vectors) and ones that do not."""
+        from tilus_tvm.lang.pointer import PointerValue
+
+        if not isinstance(pointer, PointerValue):
+            raise ScriptError(f"aligned: expected a pointer parameter of __call__, got {pointer!r}")
+        return pointer.param.name in self._tilus.aligned_pointers
 
     def range(self, start: Any, stop: Any = None, step: Any = 1, *, unroll: bool = False) -> LoopRange:
         """``for i in self.range(n, unroll=True)``: like ``range`` with an unrolling hint."""

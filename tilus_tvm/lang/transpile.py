@@ -53,11 +53,13 @@ def transpile(script: Script, specs: list[ParamSpec], const_values: Mapping[str,
     state.block_idx = Dim3(*(iv.var for iv in block_ivs))
     builder = Builder(lambda: state.attrs.warps)
     state.builder = builder
+    state.aligned_pointers = frozenset(aligned_pointers)
     try:
         Transpiler(script, cls._kernel_fn, bindings, builder).run()
     finally:
         state.block_idx = None
         state.builder = None
+        state.aligned_pointers = frozenset()
     if state.attrs.blocks is None:
         raise ScriptError(f"{cls.__name__}.__call__ never sets self.attrs.blocks (the grid size)")
     if state.attrs.warps is None:

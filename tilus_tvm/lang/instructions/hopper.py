@@ -1,4 +1,5 @@
-"""Hopper instructions of ``tilus_tvm.Script``: warpgroup matrix products (``wgmma``) and their fences.
+"""Hopper instructions of ``tilus_tvm.Script``: warpgroup matrix products (``wgmma``) and their fences;
+tile copies by the tensor memory accelerator (``tma_load``) and the ``mbarrier`` they signal.
 
 A *warpgroup* is four consecutive warps (128 threads). ``wgmma`` multiplies operands that sit in
 shared memory and accumulates into registers spread over the warpgroup, asynchronously: the
@@ -13,17 +14,93 @@ while the threads go on. The protocol, as PTX defines it:
     self.wgmma_wait_group(0)        # now acc may be read and sa, sb overwritten
 
 They need an ``sm_90a`` target (``tilus_tvm.target.current_arch`` gives it on an H100 or H200).
+
+TMA. One thread hands the copy of a whole tile to the tensor memory accelerator, which computes the
+addresses, zero-fills what lies outside the tensor, swizzles as the shared tensor's layout says, and
+signals an ``mbarrier`` in shared memory when the bytes have landed:
+
+    bars = self.shared_tensor(dtype=uint64, shape=[stages])
+    self.mbarrier_init(bars, arrivals=2)                              # two loads complete a phase
+    self.tma_load(src=ga, dst=sa[s], offsets=[m0, k0], barrier=bars[s])
+    self.tma_load(src=gb, dst=sb[s], offsets=[n0, k0], barrier=bars[s])
+    self.mbarrier_wait(bars[s], phase)      # phase: 0 the first time a barrier completes, then 1, 0, ...
+
+``wgmma`` reads what TMA wrote without a fence (both are the async proxy); before TMA overwrites a tile
+that ``wgmma`` read, wait for that ``wgmma`` (``wgmma_wait_group``) and :meth:`sync`. TMA needs sm_90.
 """
 from __future__ import annotations
 
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir import inst as ir
-from tilus_tvm.ir.tensor import RegisterTensor, SharedTensor
-from tilus_tvm.lang.instructions.memory import InstructionBase
+from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
+from tilus_tvm.ir.values import is_scalar
+from tilus_tvm.lang.instructions.memory import InstructionBase, check_dims, check_offsets
+
+
+def _barrier(op: str, barrier) -> SharedTensor:
+    """One ``mbarrier``: an element ``bars[i]`` of a uint64 shared tensor."""
+    if not isinstance(barrier, SharedTensor) or barrier.dtype.name != "uint64" or tuple(barrier.shape) != ():
+        raise ScriptError(f"{op}: barrier must be one element of a uint64 shared tensor (bars[i] of "
+                          f"self.shared_tensor(dtype=uint64, shape=[n]) given to mbarrier_init), got {barrier!r}")
+    return barrier
 
 
 class HopperInstructions(InstructionBase):
-    """``wgmma`` and the fences around it (see the module docstring)."""
+    """``wgmma`` and the fences around it; ``tma_load`` and ``mbarrier`` (see the module docstring)."""
+
+    def mbarrier_init(self, barriers: SharedTensor, arrivals: int = 1) -> None:
+        """Initialise every ``mbarrier`` of ``barriers`` (a 1-D uint64 shared tensor) to complete a phase
+        after ``arrivals`` arrivals (each :meth:`tma_load` arrives once) and the bytes they announced;
+        the block synchronises afterwards."""
+        if not isinstance(barriers, SharedTensor) or barriers.dtype.name != "uint64" or len(barriers.shape) != 1:
+            raise ScriptError(f"mbarrier_init: barriers must be a 1-D uint64 shared tensor, got {barriers!r}")
+        if barriers.base is not None:
+            raise ScriptError(f"mbarrier_init: barriers must be a shared tensor itself, not a view, got "
+                              f"{barriers.describe()}")
+        if isinstance(arrivals, bool) or not isinstance(arrivals, int) or not 1 <= arrivals < 2 ** 20:
+            raise ScriptError(f"mbarrier_init: arrivals must be a compile-time int from 1 to 2**20 - 1, got "
+                              f"{arrivals!r}")
+        self._builder("mbarrier_init").emit(ir.MbarrierInit(barriers, arrivals))
+
+    def mbarrier_wait(self, barrier: SharedTensor, phase) -> None:
+        """Wait until ``barrier`` (``bars[i]``) has completed its phase of parity ``phase`` (0 or 1, an int
+        or a run-time integer scalar: a barrier's phases alternate 0, 1, 0, ... from its initialisation)."""
+        barrier = _barrier("mbarrier_wait", barrier)
+        if isinstance(phase, bool) or not is_scalar(phase) or isinstance(phase, float):
+            raise ScriptError(f"mbarrier_wait: phase must be an int or an integer scalar (0 or 1), got {phase!r}")
+        if isinstance(phase, int) and phase not in (0, 1):
+            raise ScriptError(f"mbarrier_wait: phase must be 0 or 1 (the parity of the phase), got {phase}")
+        self._builder("mbarrier_wait").emit(ir.MbarrierWait(barrier, phase))
+
+    def tma_load(self, src: GlobalTensor, dst: SharedTensor, offsets, barrier: SharedTensor, dims=None) -> None:
+        """Copy the tile ``src[offsets...]`` of ``dst``'s shape into ``dst`` with the tensor memory
+        accelerator (module docstring). ``offsets`` has one entry per dimension of ``src``; ``dims`` names
+        the dimensions of ``src`` the tile runs along (default: the last ``len(dst.shape)``). Elements
+        outside ``src`` are written as zeros. One thread arrives on ``barrier`` (``bars[i]``), announcing
+        the tile's bytes, and issues the copy; wait for it with :meth:`mbarrier_wait`.
+
+        ``src`` must be contiguous along its last dimension, with its other strides and its start
+        16-byte aligned; ``dst`` a whole row-major tile (a shared tensor, or one stage ``smem[s]`` of one)
+        whose swizzle, if any, is TMA's for its rows (32, 64 or 128 bytes); the kernel chooses that layout
+        for a shared tensor created without one. At most 256 elements along each dimension."""
+        builder = self._builder("tma_load")
+        if not isinstance(src, GlobalTensor):
+            raise ScriptError(f"tma_load: src must be a global tensor (self.global_view), got {src!r}")
+        if not isinstance(dst, SharedTensor):
+            raise ScriptError(f"tma_load: dst must be a shared tensor, got {dst!r}")
+        if src.dtype != dst.dtype:
+            raise ScriptError(f"tma_load: src {src.describe()} and dst {dst.describe()} differ in dtype; TMA "
+                              f"copies bytes, it does not convert")
+        barrier = _barrier("tma_load", barrier)
+        offsets = check_offsets("tma_load", offsets, len(src.shape), src.describe())
+        dims = check_dims("tma_load", dims, len(dst.shape), len(src.shape))
+        if len(src.shape) > 5:
+            raise ScriptError(f"tma_load: src {src.describe()} has {len(src.shape)} dimensions; TMA takes at most 5")
+        for d, extent in enumerate(dst.shape):
+            if not 1 <= extent <= 256:
+                raise ScriptError(f"tma_load: dst {dst.describe()} has {extent} elements along dimension {d}; "
+                                  f"TMA copies boxes of at most 256 along each dimension")
+        builder.emit(ir.TmaLoad(dst, src, offsets, dims, barrier))
 
     def wgmma(self, a: SharedTensor, b: SharedTensor, acc: RegisterTensor) -> None:
         """``acc += a @ b`` by ``wgmma.mma_async``, asynchronously (module docstring).

@@ -1,0 +1,224 @@
+"""Hopper's tensor memory accelerator (TMA) and ``mbarrier``: ``TmaLoad``, ``MbarrierInit``, ``MbarrierWait``.
+
+TMA copies a tile described by a *tensor map*: a 128-byte descriptor of the global tensor (its base,
+extents and byte strides), of the box copied at a time, and of the swizzle to apply in shared memory.
+TVM 0.27 does the plumbing: a tensor map encoded on the host (``tirx.tensormap_encode_tiled`` into a
+``tvm_stack_alloca("tensormap")``) before the launch becomes a ``const __grid_constant__ CUtensorMap``
+parameter of the kernel, which the device code addresses with ``address_of``; its CUDA runtime copies
+the 128 bytes into the launch's parameters. The device side uses TVM's PTX builders
+(``T.ptx.mbarrier.*``, ``cp.async.bulk.tensor``) and ``T.cuda.mbarrier_wait``.
+
+One tensor map per distinct (global tensor, box, swizzle) of the kernel's ``TmaLoad`` instructions,
+encoded once per launch by :func:`encode_tensor_maps` (``backend/codegen.py`` calls it before the
+thread bindings, so it runs on the host). The shared layout a ``TmaLoad`` writes is row-major over the
+box, with TMA's 32-, 64- or 128-byte swizzle (CuTe's ``Swizzle<B, 4, 3>`` on byte offsets, the same
+as ``wgmma``'s) or none: :func:`shared_layouts_tma` gives it to a shared tensor created without a layout.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as Tb
+
+from tilus_tvm.backend.context import CodegenContext, sync_threads
+from tilus_tvm.errors import CompileError
+from tilus_tvm.instructions.async_copy import _divisible
+from tilus_tvm.instructions.registry import register
+from tilus_tvm.ir import inst as ir
+from tilus_tvm.ir.stmt import Function, instructions
+from tilus_tvm.ir.tensor import SharedTensor
+from tilus_tvm.layout.shared import SharedLayout, shared_row_major
+from tilus_tvm.layout.swizzle import Swizzle
+
+FAMILY = "sm_90"
+SWIZZLE_BYTES = {0: 0, 32: 1, 64: 2, 128: 3}  # CUtensorMapSwizzle: none, 32 B, 64 B, 128 B
+L2_PROMOTION_128B = 2  # CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+BULK_TENSOR = "cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+
+
+def swizzle_for(row_bytes: int, dtype_bits: int) -> Optional[Swizzle]:
+    """TMA's swizzle of rows of ``row_bytes`` (the box's last dimension) in elements of ``dtype_bits``:
+    the widest of 128/64/32 bytes that the row length is a multiple of, or None (no swizzle)."""
+    for span in (128, 64, 32):
+        if row_bytes % span == 0:
+            unit = (128 // dtype_bits).bit_length() - 1  # log2(elements per 16 bytes)
+            return Swizzle((span // 16).bit_length() - 1, unit, 3)
+    return None
+
+
+def tma_layout(root: SharedTensor) -> SharedLayout:
+    """The layout TMA writes a root tensor in: row-major, rows swizzled by :func:`swizzle_for`."""
+    row_bytes = root.shape[-1] * root.dtype.nbits // 8
+    swizzle = swizzle_for(row_bytes, root.dtype.nbits) if row_bytes <= 128 else None
+    layout = shared_row_major(*root.shape)
+    return layout.swizzled(swizzle) if swizzle is not None else layout
+
+
+def _whole(tensor: SharedTensor) -> bool:
+    """Whether ``tensor`` is a root or a stage of one (``smem[s]``, ``smem[s, c]``): its trailing
+    dimensions whole, so the tile is one contiguous run of the root's memory."""
+    while tensor.base is not None:
+        if tensor.perm is not None or tensor.reshaped:
+            return False
+        if tensor.slice_offsets is not None:  # smem[s, c]: leading indices fixed, trailing dimensions whole
+            rank, base_rank = len(tensor.slice_dims), len(tensor.base.shape)
+            trailing = tuple(range(base_rank - rank, base_rank))
+            if (tuple(tensor.slice_dims) != trailing or tuple(tensor.shape) != tuple(tensor.base.shape[-rank:])
+                    or any(not (isinstance(tensor.slice_offsets[d], int) and tensor.slice_offsets[d] == 0)
+                           for d in trailing)):
+                return False
+        tensor = tensor.base
+    return True
+
+
+def _swizzle_mode(inst: ir.TmaLoad) -> int:
+    """TMA's swizzle mode for ``inst.dst``'s layout; refuses a layout TMA cannot write."""
+    dst = inst.dst
+    layout = dst.resolved_layout()
+    nbits = dst.dtype.nbits
+    row_bytes = dst.shape[-1] * nbits // 8
+    if not _whole(dst):
+        raise CompileError(f"tma_load: dst {dst.describe()} is a sub-tile of {dst.root.describe()}; TMA writes "
+                           f"whole tiles (a shared tensor, or one stage smem[s])")
+    if layout.strides != shared_row_major(*dst.shape).strides:
+        raise CompileError(f"tma_load: dst {dst.describe()} has layout {layout}; TMA writes a row-major tile "
+                           f"(strides {list(shared_row_major(*dst.shape).strides)})")
+    swizzle = layout.swizzle
+    if swizzle is None:
+        if row_bytes % 16:
+            raise CompileError(f"tma_load: dst {dst.describe()} has rows of {row_bytes} bytes; TMA needs a "
+                               f"multiple of 16")
+        return 0
+    unit = (128 // nbits).bit_length() - 1
+    span = 16 << swizzle.bits
+    if swizzle.base != unit or swizzle.shift != 3 or span not in SWIZZLE_BYTES or row_bytes > span:
+        raise CompileError(f"tma_load: dst {dst.describe()} is swizzled by {swizzle}; TMA swizzles rows of at "
+                           f"most 32, 64 or 128 bytes by Swizzle({{1, 2, 3}}, {unit}, 3) (rows here: "
+                           f"{row_bytes} bytes)")
+    return SWIZZLE_BYTES[span]
+
+
+def _check_src(inst: ir.TmaLoad) -> None:
+    src = inst.src
+    if src.is_subview:
+        raise CompileError(f"tma_load: src {src.describe()} is a sub-view; the tensor map is encoded before the "
+                           f"launch, so TMA reads views of a pointer (self.global_view) only")
+    if src.dtype.nbits % 8:
+        raise CompileError(f"tma_load: src {src.describe()} has {src.dtype.nbits}-bit elements; TMA copies whole "
+                           f"bytes (view packed types as uint8)")
+    last = src.strides[-1]
+    if not (last == 1 or (isinstance(last, tirx.IntImm) and last.value == 1)):
+        raise CompileError(f"tma_load: src {src.describe()} has stride {last} along its last dimension; TMA "
+                           f"needs it contiguous")
+    width = 16 * 8 // src.dtype.nbits
+    for d, stride in enumerate(src.strides[:-1]):
+        if not _divisible(stride, width):
+            raise CompileError(f"tma_load: src {src.describe()} has stride {stride} along dimension {d}; TMA "
+                               f"needs strides that are multiples of 16 bytes ({width} elements)")
+
+
+def _box(inst: ir.TmaLoad) -> tuple[int, ...]:
+    """The box's extents along the dimensions of ``src`` (1 where the tile does not run)."""
+    box = [1] * len(inst.src.shape)
+    for d, extent in zip(inst.dims, inst.dst.shape):
+        box[d] = int(extent)
+    return tuple(box)
+
+
+def _key(inst: ir.TmaLoad) -> tuple:
+    return (id(inst.src), _box(inst), _swizzle_mode(inst))
+
+
+def encode_tensor_maps(func: Function, ctx: CodegenContext) -> None:
+    """Encode on the host, before the launch, one tensor map per distinct (src, box, swizzle) of the
+    kernel's ``TmaLoad`` instructions (module docstring); ``ctx.tensor_maps`` maps each key to its var."""
+    for inst in instructions(func.body):
+        if not isinstance(inst, ir.TmaLoad):
+            continue
+        _check_src(inst)
+        if not func.aligned(inst.src.pointer):
+            raise CompileError(f"tma_load: src {inst.src.describe()} starts at an address that is not known to be "
+                               f"16-byte aligned; TMA needs it (pass a tensor whose data pointer is)")
+        key = _key(inst)
+        if key in ctx.tensor_maps:
+            continue
+        src = inst.src
+        tensor_map = tirx.Var(f"{src.name}_tensormap_{len(ctx.tensor_maps)}", ty=_ptx().handle("tensormap").ty)
+        Tb.bind(tirx.tvm_stack_alloca("tensormap", 1), var=tensor_map)
+        wide = [tirx.Cast("int64", v) if not isinstance(v, int) else tirx.const(v, "int64") for v in src.shape]
+        element_bytes = src.dtype.nbits // 8
+        strides = [tirx.Cast("int64", s) * element_bytes if not isinstance(s, int) else tirx.const(s * element_bytes, "int64")
+                   for s in src.strides]
+        rank = len(src.shape)
+        box = _box(inst)
+        Tb.evaluate(tirx.tensormap_encode_tiled(
+            tensor_map, ctx.pointer_flat(src.pointer).data, *reversed(wide), *reversed(strides[:-1]),
+            *[tirx.const(b, "int64") for b in reversed(box)], *[tirx.const(1, "int64")] * rank,
+            descriptor_dtype=src.dtype.name, rank=rank, swizzle=key[2], l2_promotion=L2_PROMOTION_128B))
+        ctx.tensor_maps[key] = tensor_map
+
+
+def _shared_address(ctx: CodegenContext, tensor: SharedTensor) -> Any:
+    """The 32-bit shared-memory address of ``tensor``'s first element (a barrier, a TMA destination)."""
+    buffer, offset = ctx.shared_element(tensor, [0] * len(tensor.shape))
+    return _ptx().cuda.cvta_generic_to_shared(tirx.address_of(tirx.BufferLoad(buffer, [offset])))
+
+
+def _ptx():
+    from tvm.script import tirx as T
+
+    return T
+
+
+def emit_tma_load(ctx: CodegenContext, inst: ir.TmaLoad) -> None:
+    T = _ptx()
+    tensor_map = ctx.tensor_maps[_key(inst)]
+    dst = inst.dst
+    buffer, offset = ctx.shared_element(dst, [0] * len(dst.shape))
+    byte_offset = offset * (dst.dtype.nbits // 8)
+    alignment = 1024 if _swizzle_mode(inst) else 128
+    pool_offset = ctx.plan.offset_of(dst.root) + byte_offset if isinstance(byte_offset, int) else None
+    if not _divisible(ctx.plan.offset_of(dst.root), alignment) or not _divisible(byte_offset, alignment):
+        raise CompileError(f"tma_load: dst {dst.describe()} does not start on a multiple of {alignment} bytes of "
+                           f"shared memory (offset {pool_offset if pool_offset is not None else byte_offset}), "
+                           f"which TMA needs{' for its swizzle' if alignment == 1024 else ''}")
+    nbytes = math.prod(dst.shape) * dst.dtype.nbits // 8
+    coords = [tirx.Cast("int32", o) if not isinstance(o, int) else tirx.const(o, "int32") for o in inst.offsets]
+    bar = _shared_address(ctx, inst.barrier)
+    smem = _shared_address(ctx, dst)
+    with Tb.If(ctx.tx == 0):
+        with Tb.Then():
+            Tb.evaluate(T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar, tirx.const(nbytes, "uint32")))
+            Tb.evaluate(T.ptx[BULK_TENSOR.format(rank=len(coords))](
+                smem, tirx.address_of(tensor_map), *reversed(coords), bar))
+
+
+def emit_mbarrier_init(ctx: CodegenContext, inst: ir.MbarrierInit) -> None:
+    T = _ptx()
+    with Tb.If(ctx.tx == 0):
+        with Tb.Then():
+            for i in range(inst.barriers.shape[0]):
+                Tb.evaluate(T.ptx.mbarrier.init.shared.b64(_shared_address(ctx, inst.barriers[i]),
+                                                           tirx.const(inst.arrivals, "uint32")))
+            Tb.evaluate(T.ptx.fence.mbarrier_init.release.cluster())
+    sync_threads()
+
+
+def emit_mbarrier_wait(ctx: CodegenContext, inst: ir.MbarrierWait) -> None:
+    T = _ptx()
+    buffer, offset = ctx.shared_element(inst.barrier, [])
+    phase = inst.phase if not isinstance(inst.phase, int) else tirx.const(inst.phase, "int32")
+    Tb.evaluate(T.cuda.mbarrier_wait(tirx.address_of(tirx.BufferLoad(buffer, [offset])), phase))
+
+
+def shared_layouts_tma(inst: ir.TmaLoad) -> list:
+    """(root, layout) of the destination: the layout TMA writes (:func:`tma_layout`)."""
+    return [(inst.dst.root, tma_layout(inst.dst.root))]
+
+
+register(ir.TmaLoad, FAMILY, emit=emit_tma_load, shared_layouts=shared_layouts_tma)
+register(ir.MbarrierInit, FAMILY, emit=emit_mbarrier_init)
+register(ir.MbarrierWait, FAMILY, emit=emit_mbarrier_wait)

@@ -35,6 +35,23 @@ def test_bad_configurations_are_refused():
         FlashAttentionWgmma(head_dim=96)
     with pytest.raises(ScriptError, match="overlap needs stages >= 3"):
         FlashAttentionWgmma(stages=2, overlap=True)
+    with pytest.raises(ScriptError, match="does not take tma=True"):
+        FlashAttentionWgmma(stages=3, overlap=True, tma=True)
+    with pytest.raises(ScriptError, match="tma must be None"):
+        FlashAttentionWgmma(tma=1)
+
+
+def test_tiles_load_with_tma_when_the_operands_allow():
+    """tma=None: q, k and v by TMA (one barrier a ring stage, one for q) when aligned, else cp.async."""
+    z = torch.zeros(2, 512, 128, dtype=torch.float16)
+    code = FlashAttentionWgmma(causal=True).compile(2, 512, 512, 0.1, z, z, z, z, target="sm_90a").ptx
+    assert code.count("cp.async.bulk.tensor.3d") == 2 + 2 * 2 + 2 * 2  # q; k and v in the prologue and loop
+    assert "cp.async.cg.shared.global" not in code and "mbarrier.try_wait.parity" in code
+    shifted = torch.zeros(2 * 512 * 128 + 8, dtype=torch.float16)[4:4 + 2 * 512 * 128].view(2, 512, 128)
+    code = FlashAttentionWgmma(causal=True).compile(2, 512, 512, 0.1, shifted, z, z, z, target="sm_90a").ptx
+    assert "cp.async.bulk.tensor" not in code and "cp.async.cg.shared.global" in code  # q element by element
+    code = FlashAttentionWgmma(tma=False).compile(2, 512, 512, 0.1, z, z, z, z, target="sm_90a").ptx
+    assert "cp.async.bulk.tensor" not in code and "cp.async.cg.shared.global" in code
 
 
 def _reference(q, k, v, causal):
@@ -42,11 +59,12 @@ def _reference(q, k, v, causal):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("head_dim, block_q, block_kv, stages, overlap", [
-    (128, 128, 128, 3, True), (128, 128, 64, 4, True), (64, 64, 128, 3, True), (128, 128, 128, 2, False)])
+@pytest.mark.parametrize("head_dim, block_q, block_kv, stages, overlap, tma", [
+    (128, 128, 128, 3, True, None), (128, 128, 64, 4, True, None), (64, 64, 128, 3, True, None),
+    (128, 128, 128, 2, False, None), (128, 128, 128, 2, False, False), (64, 192, 64, 3, False, True)])
 @pytest.mark.parametrize("seq_q, seq_k", [(512, 512), (300, 517), (1, 77), (129, 1000)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_matches_sdpa(head_dim, block_q, block_kv, stages, overlap, seq_q, seq_k, causal):
+def test_matches_sdpa(head_dim, block_q, block_kv, stages, overlap, tma, seq_q, seq_k, causal):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("wgmma needs sm_90a")
     torch.manual_seed(seq_q + seq_k + head_dim)
@@ -56,7 +74,7 @@ def test_matches_sdpa(head_dim, block_q, block_kv, stages, overlap, seq_q, seq_k
     v = torch.randn(batch, heads, seq_k, head_dim, dtype=torch.float16, device="cuda")
     o = torch.full_like(q, float("nan"))
     bh = batch * heads
-    kernel = FlashAttentionWgmma(head_dim, block_q, block_kv, stages, causal=causal, overlap=overlap)
+    kernel = FlashAttentionWgmma(head_dim, block_q, block_kv, stages, causal=causal, overlap=overlap, tma=tma)
     kernel(bh, seq_q, seq_k, LOG2E / math.sqrt(head_dim), q.view(bh, seq_q, head_dim), k.view(bh, seq_k, head_dim),
            v.view(bh, seq_k, head_dim), o.view(bh, seq_q, head_dim))
     torch.testing.assert_close(o.float(), _reference(q, k, v, causal), rtol=0, atol=2e-2)
@@ -64,7 +82,8 @@ def test_matches_sdpa(head_dim, block_q, block_kv, stages, overlap, seq_q, seq_k
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("packed", [False, True])
-def test_seq_major_heads_and_packed_qkv_bf16(packed):
+@pytest.mark.parametrize("tma", [None, False])
+def test_seq_major_heads_and_packed_qkv_bf16(packed, tma):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("wgmma needs sm_90a")
     torch.manual_seed(5)
@@ -77,7 +96,7 @@ def test_seq_major_heads_and_packed_qkv_bf16(packed):
         q, k, v = (torch.randn(batch, seq, heads, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
         args = (q, k, v)
     o = torch.full((batch, seq, heads, d), float("nan"), dtype=torch.bfloat16, device="cuda")
-    kernel = FlashAttentionWgmma(d, 128, 128, 3, causal=True, dtype=bfloat16, heads=heads, packed_qkv=packed)
+    kernel = FlashAttentionWgmma(d, 128, 128, 3, causal=True, dtype=bfloat16, heads=heads, packed_qkv=packed, tma=tma)
     kernel(batch * heads, seq, seq, LOG2E / math.sqrt(d), *args, o)
     expected = _reference(*(t.transpose(1, 2) for t in (q, k, v)), True).transpose(1, 2)
     torch.testing.assert_close(o.float(), expected, rtol=0, atol=3e-2)
@@ -85,4 +104,4 @@ def test_seq_major_heads_and_packed_qkv_bf16(packed):
 
 def test_defaults():
     kernel = FlashAttentionWgmma()
-    assert (kernel.dtype, kernel.stages, kernel.overlap) == (float16, 2, False)
+    assert (kernel.dtype, kernel.stages, kernel.overlap, kernel.tma) == (float16, 2, False, None)

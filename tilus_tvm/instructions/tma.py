@@ -5,8 +5,8 @@ extents and byte strides), of the box copied at a time, and of the swizzle to ap
 TVM 0.27 does the plumbing: a tensor map encoded on the host (``tirx.tensormap_encode_tiled`` into a
 ``tvm_stack_alloca("tensormap")``) before the launch becomes a ``const __grid_constant__ CUtensorMap``
 parameter of the kernel, which the device code addresses with ``address_of``; its CUDA runtime copies
-the 128 bytes into the launch's parameters. The device side uses TVM's PTX builders
-(``T.ptx.mbarrier.*``, ``cp.async.bulk.tensor``) and ``T.cuda.mbarrier_wait``.
+the 128 bytes into the launch's parameters. The device instructions come from ``tilus_tvm.intrin.tma``
+(TVM's PTX builders).
 
 One tensor map per distinct (global tensor, box, swizzle) of the kernel's ``TmaLoad`` instructions,
 encoded once per launch by :func:`encode_tensor_maps` (``backend/codegen.py`` calls it before the
@@ -19,14 +19,16 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+import tvm
 from tvm import tirx
-from tvm.script.ir_builder import IRBuilder
+from tvm.tirx.type import TensorMapType
 from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext, sync_threads
 from tilus_tvm.errors import CompileError
 from tilus_tvm.instructions.async_copy import _divisible
 from tilus_tvm.instructions.registry import register
+from tilus_tvm.intrin import tma as ptx
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.stmt import Function, instructions
 from tilus_tvm.ir.tensor import SharedTensor
@@ -36,7 +38,6 @@ from tilus_tvm.layout.swizzle import Swizzle
 FAMILY = "sm_90"
 SWIZZLE_BYTES = {0: 0, 32: 1, 64: 2, 128: 3}  # CUtensorMapSwizzle: none, 32 B, 64 B, 128 B
 L2_PROMOTION_128B = 2  # CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-BULK_TENSOR = "cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
 
 
 def swizzle_for(row_bytes: int, dtype_bits: int) -> Optional[Swizzle]:
@@ -146,7 +147,8 @@ def encode_tensor_maps(func: Function, ctx: CodegenContext) -> None:
         if key in ctx.tensor_maps:
             continue
         src = inst.src
-        tensor_map = tirx.Var(f"{src.name}_tensormap_{len(ctx.tensor_maps)}", ty=_ptx().handle("tensormap").ty)
+        tensor_map = tirx.Var(f"{src.name}_tensormap_{len(ctx.tensor_maps)}",
+                              ty=tvm.ir.PointerType(TensorMapType()))
         Tb.bind(tirx.tvm_stack_alloca("tensormap", 1), var=tensor_map)
         wide = [tirx.Cast("int64", v) if not isinstance(v, int) else tirx.const(v, "int64") for v in src.shape]
         element_bytes = src.dtype.nbits // 8
@@ -164,17 +166,10 @@ def encode_tensor_maps(func: Function, ctx: CodegenContext) -> None:
 def _shared_address(ctx: CodegenContext, tensor: SharedTensor) -> Any:
     """The 32-bit shared-memory address of ``tensor``'s first element (a barrier, a TMA destination)."""
     buffer, offset = ctx.shared_element(tensor, [0] * len(tensor.shape))
-    return _ptx().cuda.cvta_generic_to_shared(tirx.address_of(tirx.BufferLoad(buffer, [offset])))
-
-
-def _ptx():
-    from tvm.script import tirx as T
-
-    return T
+    return ptx.shared_address(tirx.address_of(tirx.BufferLoad(buffer, [offset])))
 
 
 def emit_tma_load(ctx: CodegenContext, inst: ir.TmaLoad) -> None:
-    T = _ptx()
     tensor_map = ctx.tensor_maps[_key(inst)]
     dst = inst.dst
     buffer, offset = ctx.shared_element(dst, [0] * len(dst.shape))
@@ -191,27 +186,23 @@ def emit_tma_load(ctx: CodegenContext, inst: ir.TmaLoad) -> None:
     smem = _shared_address(ctx, dst)
     with Tb.If(ctx.tx == 0):
         with Tb.Then():
-            Tb.evaluate(T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar, tirx.const(nbytes, "uint32")))
-            Tb.evaluate(T.ptx[BULK_TENSOR.format(rank=len(coords))](
-                smem, tirx.address_of(tensor_map), *reversed(coords), bar))
+            Tb.evaluate(ptx.emit_mbarrier_arrive_expect_tx(bar, nbytes))
+            Tb.evaluate(ptx.emit_tma_load(smem, tirx.address_of(tensor_map), list(reversed(coords)), bar))
 
 
 def emit_mbarrier_init(ctx: CodegenContext, inst: ir.MbarrierInit) -> None:
-    T = _ptx()
     with Tb.If(ctx.tx == 0):
         with Tb.Then():
             for i in range(inst.barriers.shape[0]):
-                Tb.evaluate(T.ptx.mbarrier.init.shared.b64(_shared_address(ctx, inst.barriers[i]),
-                                                           tirx.const(inst.arrivals, "uint32")))
-            Tb.evaluate(T.ptx.fence.mbarrier_init.release.cluster())
+                Tb.evaluate(ptx.emit_mbarrier_init(_shared_address(ctx, inst.barriers[i]), inst.arrivals))
+            Tb.evaluate(ptx.emit_mbarrier_init_fence())
     sync_threads()
 
 
 def emit_mbarrier_wait(ctx: CodegenContext, inst: ir.MbarrierWait) -> None:
-    T = _ptx()
     buffer, offset = ctx.shared_element(inst.barrier, [])
     phase = inst.phase if not isinstance(inst.phase, int) else tirx.const(inst.phase, "int32")
-    Tb.evaluate(T.cuda.mbarrier_wait(tirx.address_of(tirx.BufferLoad(buffer, [offset])), phase))
+    Tb.evaluate(ptx.emit_mbarrier_wait(tirx.address_of(tirx.BufferLoad(buffer, [offset])), phase))
 
 
 def shared_layouts_tma(inst: ir.TmaLoad) -> list:

@@ -32,9 +32,9 @@ takes it there.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-from tilus_tvm import float16, float32, int32, void
+from tilus_tvm import float16, float32, int32, uint64, void
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.schedules.attention import M_INIT, NEG_INF, FlashAttention
 
@@ -48,7 +48,7 @@ class FlashAttentionWgmma(FlashAttention):
 
     def __init__(self, head_dim: int = 128, block_q: int = 128, block_kv: int = 128, stages: int = 2,
                  causal: bool = False, dtype: Any = float16, heads: int = 0, packed_qkv: bool = False,
-                 overlap: bool = False):
+                 overlap: bool = False, tma: Optional[bool] = None):
         if block_q % 64 or not 64 <= block_q <= 192:
             raise ScriptError(f"FlashAttentionWgmma: block_q={block_q} must be 64, 128 or 192 (64 query rows a "
                               f"warpgroup)")
@@ -58,9 +58,15 @@ class FlashAttentionWgmma(FlashAttention):
         if overlap and stages < 3:
             raise ScriptError(f"FlashAttentionWgmma: overlap needs stages >= 3 (the tile whose p @ v runs, the "
                               f"next tile's keys, and one being refilled), got {stages}")
+        if not (tma is None or isinstance(tma, bool)):
+            raise ScriptError(f"FlashAttentionWgmma: tma must be None (when the operands allow it), True or False, "
+                              f"got {tma!r}")
+        if tma and overlap:
+            raise ScriptError("FlashAttentionWgmma: overlap=True loads with cp.async; it does not take tma=True")
         super().__init__(head_dim, block_q, block_kv, block_q // 16, stages, head_dim, causal, dtype, True, heads,
                          packed_qkv)
         self.overlap = bool(overlap)
+        self.tma = tma
 
     def __call__(self, batch_heads: int32, seq_q: int32, seq_k: int32, scale_log2: float32,
                  q_ptr: ~void, k_ptr: ~void, v_ptr: ~void, o_ptr: ~void):
@@ -77,12 +83,29 @@ class FlashAttentionWgmma(FlashAttention):
         num_kv: int32 = self.utils.ceil_div(seq_k, bkv)
         if self.causal:  # the last key a row of this block sees is q0 + bq - 1
             num_kv = min(num_kv, self.utils.ceil_div(q0 + bq, bkv))
-        for qc in list(range(chunks)):
-            q_at, q_dims = self.tile(bh, 0, q0, qc * CHUNK)
-            self.copy_async(src=gq, dst=sq[qc], offsets=q_at, dims=q_dims)
-        for s in range(stages - 1):  # prologue: the first stages - 1 k/v tiles in flight (q joins group 0)
-            self.copy_kv(gk, gv, sk, sv, bh, s, s)
-            self.copy_async_commit_group()
+        tma = self.tma
+        if tma is None:  # TMA reads 16-byte aligned tensors (their rows are: head_dim is 64 or 128)
+            tma = not self.overlap and self.aligned(q_ptr) and self.aligned(k_ptr) and self.aligned(v_ptr)
+        if tma:
+            # one barrier a stage of the ring (2 loads a chunk: k and v) and one for q
+            bars = self.shared_tensor(dtype=uint64, shape=[stages])
+            self.mbarrier_init(bars, arrivals=2 * chunks)
+            q_bar = self.shared_tensor(dtype=uint64, shape=[1])
+            self.mbarrier_init(q_bar, arrivals=chunks)
+            for qc in list(range(chunks)):
+                q_at, q_dims = self.tile(bh, 0, q0, qc * CHUNK)
+                self.tma_load(src=gq, dst=sq[qc], offsets=q_at, dims=q_dims, barrier=q_bar[0])
+            for s in range(stages - 1):  # prologue: the first stages - 1 k/v tiles that exist
+                if s < num_kv:
+                    self.load_kv_tma(gk, gv, sk, sv, bh, s, s, bars)
+            self.mbarrier_wait(q_bar[0], 0)
+        else:
+            for qc in list(range(chunks)):
+                q_at, q_dims = self.tile(bh, 0, q0, qc * CHUNK)
+                self.copy_async(src=gq, dst=sq[qc], offsets=q_at, dims=q_dims)
+            for s in range(stages - 1):  # prologue: the first stages - 1 k/v tiles in flight (q joins group 0)
+                self.copy_kv(gk, gv, sk, sv, bh, s, s)
+                self.copy_async_commit_group()
         m = self.register_tensor(dtype=float32, shape=[bq, 1], init=M_INIT)
         l = self.register_tensor(dtype=float32, shape=[bq, 1], init=0.0)
         acc = self.register_tensor(dtype=float32, shape=[bq, d], init=0.0)
@@ -111,6 +134,12 @@ class FlashAttentionWgmma(FlashAttention):
                 self.wgmma_fence(pin=[s_next])
                 self.scores(sq, sk, (j + 1) % stages, s_next)
                 self.wgmma_commit_group()
+            elif tma:
+                self.mbarrier_wait(bars[stage], j // stages % 2)  # tile j has landed
+                self.sync()  # every warpgroup is done with tile j - 1's stage
+                ahead = j + stages - 1  # refill the stage tile j - 1 used, if a tile is left (no load may
+                if ahead < num_kv:  # still be in flight when the block exits)
+                    self.load_kv_tma(gk, gv, sk, sv, bh, ahead % stages, ahead, bars)
             else:
                 self.copy_async_wait_group(stages - 2)  # tile j has landed ...
                 self.fence_proxy_async()  # ... visible to wgmma ...
@@ -118,6 +147,7 @@ class FlashAttentionWgmma(FlashAttention):
                 ahead = j + stages - 1  # refill the stage tile j - 1 used (zero-filled past the keys)
                 self.copy_kv(gk, gv, sk, sv, bh, ahead % stages, ahead)
                 self.copy_async_commit_group()
+            if not self.overlap:
                 s_cur = self.register_tensor(dtype=float32, shape=[bq, bkv], init=0.0)
                 self.wgmma_fence()
                 self.scores(sq, sk, stage, s_cur)
@@ -158,7 +188,8 @@ class FlashAttentionWgmma(FlashAttention):
             else:
                 self.wgmma_wait_group(0)
         self.wgmma_wait_group(0)
-        self.copy_async_wait_all()  # the zero-filled copies past the last tile must land before exit
+        if not tma:
+            self.copy_async_wait_all()  # the zero-filled copies past the last tile must land before exit
         inv_l = 1.0 / l
         o_at, o_dims = self.tile(bh, 3, q0)
         self.store_global(go, (acc * inv_l).to(dtype), offsets=o_at, dims=o_dims)
@@ -168,6 +199,15 @@ class FlashAttentionWgmma(FlashAttention):
         chunk of head_dim (the caller fences before and commits after)."""
         for c in list(range(self.head_dim // CHUNK)):
             self.wgmma(sq[c], sk[stage, c].transpose(), s)
+
+    def load_kv_tma(self, gk, gv, sk, sv, bh, stage: Any, tile: Any, bars):
+        """TMA loads of key/value tile ``tile`` into ``stage`` of the rings, chunk by chunk, signalled on the
+        stage's barrier (zero-filled past the keys)."""
+        for c in list(range(self.head_dim // CHUNK)):
+            k_at, k_dims = self.tile(bh, 1, tile * self.block_kv, c * CHUNK)
+            self.tma_load(src=gk, dst=sk[stage, c], offsets=k_at, dims=k_dims, barrier=bars[stage])
+            v_at, v_dims = self.tile(bh, 2, tile * self.block_kv, c * CHUNK)
+            self.tma_load(src=gv, dst=sv[stage, c], offsets=v_at, dims=v_dims, barrier=bars[stage])
 
     def copy_kv(self, gk, gv, sk, sv, bh, stage: Any, tile: Any):
         """cp.async of key/value tile ``tile`` into ``stage`` of the rings, chunk by chunk."""

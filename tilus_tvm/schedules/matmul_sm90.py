@@ -78,7 +78,7 @@ class MatmulWgmma(tilus.Script):
             raise ScriptError(f"MatmulWgmma: block_n={block_n} must be a multiple of 64 with b_layout='row' (b's "
                               f"tiles are read in 64-column chunks)")
         self.b_layout = b_layout
-        if tma not in (None, True, False):
+        if not (tma is None or isinstance(tma, bool)):
             raise ScriptError(f"MatmulWgmma: tma must be None (when the operands allow it), True or False, got {tma!r}")
         self.tma = tma
         self.block_m, self.block_n, self.block_k, self.stages, self.dtype = block_m, block_n, block_k, stages, dtype

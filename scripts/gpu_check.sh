@@ -24,7 +24,7 @@ only=${ONLY:-}   # ONLY="tune tune_more": run just these test groups
 TEST_GROUPS=(
   "ctrl:tests/lang/test_control_flow_gpu.py tests/instructions/test_print_tensor.py tests/ir/test_printf.py tests/lang/test_grid.py tests/lang/test_instructions_gpu.py tests/lang/test_examples_gpu.py"
   "runtime:tests/lang/test_tilus_programs_gpu.py tests/utils tests/instructions/test_workspace.py tests/runtime"
-  "matmul:tests/schedules/test_matmul.py tests/schedules/test_matmul_wgmma.py tests/schedules/test_matmul_splitk.py tests/backend tests/intrin"
+  "matmul:tests/schedules/test_matmul.py tests/schedules/test_matmul_wgmma.py tests/schedules/test_matmul_tma.py tests/schedules/test_matmul_splitk.py tests/backend tests/intrin"
   "reduce:tests/instructions/test_reduce.py tests/instructions/test_reduce_dims.py tests/schedules/test_norms.py"
   "math:tests/schedules/test_softmax.py tests/schedules/test_elementwise.py tests/instructions/test_math.py tests/instructions/test_scan.py"
   "attention:tests/schedules/test_attention.py tests/schedules/test_attention_wgmma.py"

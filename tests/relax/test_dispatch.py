@@ -82,6 +82,25 @@ def test_the_decoder_block_goes_to_tilus_kernels(caplog):
     assert executable.tilus_archs == ["sm_90"]
 
 
+def test_the_gated_activation_fuses_into_the_wgmma_matmul():
+    """On sm_90a the MLP's matmul (MatmulWgmma, symbolic rows) takes silu(gate) * up into its epilogue: no
+    SwiGLU kernel, and the plain gate/up matmul's PrimFunc is gone with the call."""
+    dispatch = DispatchKernels("sm_90a")
+    mod = dispatch(small_block_module())
+    done = [(d.op, d.pattern) for d in dispatch.decisions if d.dispatched]
+    assert ("relax.multiply", "gated_linear") in done and ("relax.multiply", "swiglu") not in done
+    names = sorted(re.sub(r"_[0-9a-f]{10}$", "", gv.name_hint) for gv in mod.get_global_vars())
+    assert names == ["forward", "tilus_flash_attention_wgmma_float16"] + ["tilus_matmul_wgmma_float16"] * 4 + [
+        "tilus_residual_add_float16", "tilus_rms_norm_float16"]
+    text = mod["forward"].script()
+    assert "R.nn.silu(" not in text and "R.split(" not in text
+    # the fused call writes [rows, intermediate] from the [2 * intermediate, hidden] weight
+    assert re.search(r"R.call_tir\(tilus_matmul_wgmma_float16_\w+, \(\w+, gate_up_weight\), "
+                     r"out_ty=R.Tensor\(\(2 \* seq, 512\)", text)
+    executable = tilus_relax.build(mod, "sm_90a")
+    assert executable.tilus_archs == ["sm_90a"]
+
+
 def test_weights_under_permute_dims_are_read_column_major():
     mod = DispatchKernels("sm_90")(small_block_module(batch=1, seq=1))
     kernels = [mod[gv] for gv in mod.get_global_vars() if gv.name_hint.startswith("tilus_matmul")]

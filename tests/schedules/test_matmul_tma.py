@@ -167,3 +167,27 @@ def test_matmul_tma_matches_torch(config, b_layout, dtype, m, n, k):
     c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
     MatmulWgmma(*config, dtype=dtype, b_layout=b_layout, tma=True)(m, n, k, a, b, c)
     torch.testing.assert_close(c, (a.float() @ w.float().t()).to(dtype), atol=2e-2, rtol=2e-2)
+
+
+def test_gated_configurations():
+    with pytest.raises(ScriptError, match="gated=True takes b_layout='col'"):
+        MatmulWgmma(b_layout="row", gated=True)
+    z = torch.zeros(256, 256, dtype=torch.float16)
+    code = MatmulWgmma(128, 256, 64, 4, gated=True).compile(256, 128, 256, z, z, z[:, :128].contiguous(),
+                                                             target="sm_90a").ptx
+    assert code.count("cp.async.bulk.tensor.2d") >= 3 and "ex2.approx" in code  # a, gate rows, up rows; sigmoid
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tma", [None, False])
+@pytest.mark.parametrize("m, n, k, dtype", [(256, 128, 256, torch.float16), (300, 200, 264, torch.float16),
+                                            (1000, 344, 512, torch.bfloat16)])
+def test_gated_matmul_matches_torch(tma, m, n, k, dtype):
+    """gated=True: c = silu(a @ w[:n].T) * (a @ w[n:].T), w [2n, k] (a gate/up projection)."""
+    a = (torch.rand(m, k, device="cuda") - 0.5).to(dtype)
+    w = (torch.rand(2 * n, k, device="cuda") - 0.5).to(dtype)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    MatmulWgmma(128, 256, 64, 4, dtype=dtype, tma=tma, gated=True)(m, n, k, a, w, c)
+    product = a.float() @ w.float().t()
+    gate, up = product[:, :n], product[:, n:]
+    torch.testing.assert_close(c.float(), torch.nn.functional.silu(gate) * up, atol=3e-2, rtol=2e-2)

@@ -59,17 +59,19 @@ def tma_layout(root: SharedTensor) -> SharedLayout:
 
 
 def _whole(tensor: SharedTensor) -> bool:
-    """Whether ``tensor`` is a root or a stage of one (``smem[s]``, ``smem[s, c]``): its trailing
-    dimensions whole, so the tile is one contiguous run of the root's memory."""
+    """Whether ``tensor`` is a root or a stage of one (``smem[s]``, ``smem[s, c]``, ``smem[s, r0:r1]``):
+    all but its first dimension whole, so the tile is one contiguous run of the root's memory."""
     while tensor.base is not None:
         if tensor.perm is not None or tensor.reshaped:
             return False
-        if tensor.slice_offsets is not None:  # smem[s, c]: leading indices fixed, trailing dimensions whole
+        if tensor.slice_offsets is not None:
+            # smem[s, c] or smem[s, r0:r1]: leading indices fixed, then one dimension cut, the rest whole
             rank, base_rank = len(tensor.slice_dims), len(tensor.base.shape)
             trailing = tuple(range(base_rank - rank, base_rank))
-            if (tuple(tensor.slice_dims) != trailing or tuple(tensor.shape) != tuple(tensor.base.shape[-rank:])
-                    or any(not (isinstance(tensor.slice_offsets[d], int) and tensor.slice_offsets[d] == 0)
-                           for d in trailing)):
+            if tuple(tensor.slice_dims) != trailing or tuple(tensor.shape[1:]) != tuple(tensor.base.shape[-rank + 1:]):
+                return False
+            if any(not (isinstance(tensor.slice_offsets[d], int) and tensor.slice_offsets[d] == 0)
+                   for d in trailing[1:]):
                 return False
         tensor = tensor.base
     return True

@@ -67,6 +67,9 @@ class DispatchContext:
         self._mutator = mutator
         self.arch = arch
         self.called: list[str] = []  # the PrimFuncs called by the rewrites so far
+        # (variable, what it computes) of dispatched results a later rewrite may fuse into another kernel
+        # (the matmul before a gated activation); a fused producer is left for dead-code elimination
+        self.sources: list[tuple[Any, Any]] = []
 
     @property
     def hopper(self) -> bool:
@@ -87,6 +90,22 @@ class DispatchContext:
             return self._mutator.lookup_binding(expr)
         except Exception:  # noqa: BLE001 - TVM raises when the variable has no binding (a parameter)
             return None
+
+    def source_of(self, expr: Any, hops: int = 4) -> Optional[Any]:
+        """What a recorded result (``sources``) computes when ``expr`` is it, possibly through variable
+        aliases, reshapes and views; else None."""
+        for _ in range(hops + 1):
+            if isinstance(expr, relax.Var):
+                for var, source in self.sources:
+                    if var.same_as(expr):
+                        return source
+                expr = self.binding_of(expr)
+            elif expr is not None and getattr(getattr(expr, "op", None), "name", None) in (
+                    "relax.reshape", "relax.memory.view"):
+                expr = expr.args[0]
+            else:
+                return None
+        return None
 
     def emit(self, expr: Any, name: str = "") -> Any:
         """Bind ``expr`` to a new variable before the call being rewritten."""
@@ -208,7 +227,7 @@ class DispatchKernels:
             if isinstance(func, relax.Function):
                 new_func = dispatcher.visit_expr(func)
                 dispatcher.builder_.update_func(gvar, relax.analysis.remove_all_unused(new_func))
-        return _drop_dead_dequantize(dispatcher.builder_.finalize())
+        return _drop_unused(dispatcher.builder_.finalize(), set(dispatcher.context.called))
 
     def _arch(self) -> Optional[str]:
         import tvm
@@ -229,9 +248,10 @@ class DispatchKernels:
             return None
 
 
-def _drop_dead_dequantize(mod: Any) -> Any:
-    """Remove the dequantize PrimFuncs (:mod:`tilus_tvm.relax.quantized`) no Relax function calls any more:
-    their matmul went to a kernel that reads the packed weight itself."""
+def _drop_unused(mod: Any, dispatched: set) -> Any:
+    """Remove the PrimFuncs no Relax function calls any more: the dequantize ones
+    (:mod:`tilus_tvm.relax.quantized`), whose matmul went to a kernel that reads the packed weight itself,
+    and kernels of ours (``dispatched``) whose result was fused into a later kernel."""
     from tvm import tirx
 
     from tilus_tvm.relax.quantized import DEQUANTIZE_ATTR
@@ -241,7 +261,8 @@ def _drop_dead_dequantize(mod: Any) -> Any:
         if isinstance(func, relax.Function):
             used |= {gvar.name_hint for gvar in relax.analysis.all_global_vars(func)}
     for gvar, func in list(mod.functions_items()):
-        if (isinstance(func, tirx.PrimFunc) and func.attrs is not None and DEQUANTIZE_ATTR in func.attrs
-                and gvar.name_hint not in used):
+        dequantize = func.attrs is not None and DEQUANTIZE_ATTR in func.attrs
+        if isinstance(func, tirx.PrimFunc) and (dequantize or gvar.name_hint in dispatched) and \
+                gvar.name_hint not in used:
             del mod[gvar]
     return mod

@@ -17,6 +17,9 @@ once lowered), calls the kernel through ``context.kernel`` and reshapes the resu
                                                                                [B, S, H, D] rows in place
                                                                                (or the fused QKV tensor)
     relax.add           two tensors of one shape (a residual), static last dim ->  ResidualAdd
+    relax.multiply      silu(g) * u, g and u the halves of one split(x @ w.T, 2, -1), the matmul on
+                        MatmulWgmma                              ->  MatmulWgmma(gated=True) (x @ w.T
+                                                                     never written)
     relax.multiply      silu(g) * u, g and u the halves of one split(x, 2, -1) ->  SwiGLU (reads x once)
 
 On sm_90a (an H100 or H200) the matmul of ``permute_dims(w)`` from 257 rows (or symbolic rows) is
@@ -30,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from tvm import relax, tirx
@@ -165,11 +168,25 @@ def rewrite_matmul(context: DispatchContext, call: Any) -> Any:
     rows = _rows(_dims(a_ty)[:-1])
     kernel = kernel_for(_static(rows) or LARGE_M, dtype, layout, context.hopper, wgmma=context.wgmma)
     a2 = _reshape(context, a, [rows, _dims(a_ty)[-1]], "tilus_rows")
-    y = context.kernel(kernel, [rows, n, k, a2, weight], out=_output([rows, n], dtype))
+    y = context.emit(context.kernel(kernel, [rows, n, k, a2, weight], out=_output([rows, n], dtype)), "tilus_matmul")
+    if type(kernel).__name__ == "MatmulWgmma" and layout == "col":  # a gated activation may fuse into it
+        context.sources.append((y, LinearSource(rows, n, k, a2, weight, dtype)))
     if a_ty.ndim == 2:
         return y
     out_shape = _dims(a_ty)[:-1] + [tirx.IntImm("int64", n)]
-    return _reshape(context, context.emit(y, "tilus_matmul"), out_shape, "tilus_out")
+    return _reshape(context, y, out_shape, "tilus_out")
+
+
+@dataclass(frozen=True)
+class LinearSource:
+    """A dispatched ``x @ w.T`` on ``MatmulWgmma``: ``a`` [rows, k] (the Relax expression), ``w`` [n, k]."""
+
+    rows: Any
+    n: int
+    k: int
+    a: Any
+    w: Any
+    dtype: str
 
 
 def _dequantize_source(context: DispatchContext, weight: Any) -> Optional[tuple[Any, Any]]:
@@ -474,6 +491,31 @@ def rewrite_swiglu(context: DispatchContext, call: Any) -> Any:
     return _restore(context, out, _tensor(silu_var, "silu(gate)"))
 
 
+def rewrite_gated_linear(context: DispatchContext, call: Any) -> Any:
+    """``silu(g) * u`` with ``g, u = split(x @ w.T, 2, axis=-1)``, the matmul dispatched to ``MatmulWgmma``
+    (sm_90a) -> one ``MatmulWgmma(gated=True)``: the activation in the matmul's epilogue, so ``x @ w.T``
+    is never written (the matmul's kernel is left unused and removed)."""
+    from tilus_tvm.schedules.matmul import kernel_for
+
+    silu_var, up = call.args
+    silu = context.binding_of(silu_var)
+    if not _is_op(silu, "relax.nn.silu"):
+        raise NotApplicable()
+    split = _split_source(context, [silu.args[0], up])
+    if split is None:
+        raise NotApplicable()
+    x = split.args[0]
+    source = context.source_of(x)
+    x_ty = _tensor(x, "x")
+    if source is None or int(split.attrs.axis) not in (-1, x_ty.ndim - 1) or source.n % 2:
+        raise NotApplicable()
+    half = source.n // 2
+    kernel = kernel_for(LARGE_M, source.dtype, "col", context.hopper, wgmma=True, gated=True)
+    out = context.kernel(kernel, [source.rows, half, source.k, source.a, source.w],
+                         out=_output([source.rows, half], source.dtype))
+    return _restore(context, out, _tensor(silu_var, "silu(gate)"))
+
+
 PATTERNS: tuple[Pattern, ...] = (
     Pattern("dequantize_matmul", "relax.matmul", "tilus_tvm.schedules.quantized_matmul", rewrite_dequantize_matmul),
     Pattern("matmul", "relax.matmul", "tilus_tvm.schedules.matmul", rewrite_matmul),
@@ -482,5 +524,6 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("rms_norm", "relax.nn.rms_norm", "tilus_tvm.schedules.norms", rewrite_rms_norm),
     Pattern("flash_attention", "relax.nn.attention", "tilus_tvm.schedules.attention", rewrite_attention),
     Pattern("residual_add", "relax.add", "tilus_tvm.schedules.elementwise", rewrite_add),
+    Pattern("gated_linear", "relax.multiply", "tilus_tvm.schedules.matmul_sm90", rewrite_gated_linear),
     Pattern("swiglu", "relax.multiply", "tilus_tvm.schedules.elementwise", rewrite_swiglu),
 )

@@ -222,17 +222,21 @@ WGMMA_CONFIG = (128, 256, 64, 4)
 _KERNELS: dict = {}
 
 
-def kernel_for(m: int, dtype: Any, b_layout: str = "row", hopper: bool = False, wgmma: bool = False) -> Any:
+def kernel_for(m: int, dtype: Any, b_layout: str = "row", hopper: bool = False, wgmma: bool = False,
+               gated: bool = False) -> Any:
     """The kernel :func:`matmul` uses for ``m`` rows: ``Matmul`` (``hopper``: sm_90 or newer, its
     table), or -- ``wgmma``: an sm_90a target, at least ``WGMMA_MIN_ROWS`` rows --
-    :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma`. Both take ``(m, n, k, a, b, c)``."""
+    :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma`. Both take ``(m, n, k, a, b, c)``.
+    ``gated``: ``MatmulWgmma(gated=True)`` (``c = silu(a @ w[:n].T) * (a @ w[n:].T)``, w [2n, k])."""
     half = bfloat16 if "bfloat16" in str(dtype) else float16
-    if wgmma and m >= WGMMA_MIN_ROWS:
+    if gated and not (wgmma and b_layout == "col"):
+        raise ScriptError("kernel_for: gated=True needs wgmma (an sm_90a target) and b_layout='col'")
+    if wgmma and (m >= WGMMA_MIN_ROWS or gated):
         from tilus_tvm.schedules.matmul_sm90 import MatmulWgmma
 
-        key = ("wgmma", WGMMA_CONFIG, str(half), b_layout)
+        key = ("wgmma", WGMMA_CONFIG, str(half), b_layout, gated)
         if key not in _KERNELS:
-            _KERNELS[key] = MatmulWgmma(*WGMMA_CONFIG, dtype=half, b_layout=b_layout)
+            _KERNELS[key] = MatmulWgmma(*WGMMA_CONFIG, dtype=half, b_layout=b_layout, gated=gated)
         return _KERNELS[key]
     table = HOPPER_CONFIGS if hopper else CONFIGS
     config = next(c for limit, c in table if limit is None or m <= limit)

@@ -56,7 +56,8 @@ class MatmulWgmma(tilus.Script):
     """``c[m, n] = a[m, k] @ w[n, k].T`` with float32 accumulation (see the module docstring)."""
 
     def __init__(self, block_m: int = 128, block_n: int = 256, block_k: int = 64, stages: int = 4,
-                 dtype: Any = float16, group_m: int = 16, b_layout: str = "col", tma: Optional[bool] = None):
+                 dtype: Any = float16, group_m: int = 16, b_layout: str = "col", tma: Optional[bool] = None,
+                 gated: bool = False):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -81,13 +82,18 @@ class MatmulWgmma(tilus.Script):
         if not (tma is None or isinstance(tma, bool)):
             raise ScriptError(f"MatmulWgmma: tma must be None (when the operands allow it), True or False, got {tma!r}")
         self.tma = tma
+        if gated and (b_layout != "col" or block_n % 16):
+            raise ScriptError(f"MatmulWgmma: gated=True takes b_layout='col' and block_n a multiple of 16 (half the "
+                              f"tile is gate columns, half up), got b_layout={b_layout!r}, block_n={block_n}")
+        self.gated = bool(gated)
         self.block_m, self.block_n, self.block_k, self.stages, self.dtype = block_m, block_n, block_k, stages, dtype
         self.group_m = group_m
 
     def __call__(self, m_size: int32, n_size: int, k_size: int, a_ptr: ~void, b_ptr: ~void, c_ptr: ~void):
         bm, bn, bk, stages, dtype = self.block_m, self.block_n, self.block_k, self.stages, self.dtype
         blocks_m = self.utils.ceil_div(m_size, bm)
-        blocks_n = self.utils.ceil_div(n_size, bn)
+        out_n = bn // 2 if self.gated else bn  # columns of c a block writes
+        blocks_n = self.utils.ceil_div(n_size, out_n)
         self.attrs.blocks = [blocks_m * blocks_n]
         self.attrs.warps = bm // 16
         # Grouped order: consecutive blocks sweep group_m tiles of m, then move along n, so a wave of
@@ -97,10 +103,12 @@ class MatmulWgmma(tilus.Script):
         rows = min(blocks_m - first_m, self.group_m)
         within = self.blockIdx.x % per_group
         offset_m: int32 = bm * (first_m + within % rows)
-        offset_n: int32 = bn * (within // rows)
+        offset_n: int32 = out_n * (within // rows)
         ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, k_size])
         col = self.b_layout == "col"
-        gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size] if col else [k_size, n_size])
+        # gated: w stacks the gate rows [n, k] over the up rows [n, k]
+        w_rows = 2 * n_size if self.gated else n_size
+        gb = self.global_view(b_ptr, dtype=dtype, shape=[w_rows, k_size] if col else [k_size, n_size])
         gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])
         sa = self.shared_tensor(dtype=dtype, shape=[stages, bm, bk])
         # b's tiles: [bn, bk] (k contiguous), or [bn / 64, bk, 64] chunks of a row-major b (n contiguous)
@@ -115,7 +123,7 @@ class MatmulWgmma(tilus.Script):
             # the wgmma of tile k and waited for that of tile k - 1 (sync), thread 0 refills tile k - 1's
             # stage with tile k + stages - 1. (Inline: the frontend parses __call__'s loops only.)
             bars = self.shared_tensor(dtype=uint64, shape=[stages])
-            self.mbarrier_init(bars, arrivals=1 + (1 if col else bn // 64))  # one arrival per tma_load
+            self.mbarrier_init(bars, arrivals=1 + (2 if self.gated else 1 if col else bn // 64))  # one a tma_load
             for s in range(min(stages - 1, num_k)):
                 self.load_tiles_tma(ga, gb, sa, sb, bars, s, offset_m, offset_n)
             refilling = max(num_k - (stages - 1), 0)
@@ -153,13 +161,23 @@ class MatmulWgmma(tilus.Script):
                     self.wgmma_commit_group()
                     self.wgmma_wait_group(1)
         self.wgmma_wait_group(0)
-        store_through_shared(self, acc, [sa, sb], gc, [offset_m, offset_n], dtype)
+        if self.gated:  # c = silu(gate) * up, in float32, rounded once
+            gate = acc[:, 0:out_n]
+            up = acc[:, out_n:bn]
+            store_through_shared(self, gate * self.sigmoid(gate) * up, [sa, sb], gc, [offset_m, offset_n], dtype)
+        else:
+            store_through_shared(self, acc, [sa, sb], gc, [offset_m, offset_n], dtype)
 
     def load_tiles_tma(self, ga, gb, sa, sb, bars, tile, offset_m, offset_n):
         """TMA loads of tile ``tile``'s a and b into stage ``tile % stages``, signalled on its barrier."""
         stage, k0 = tile % self.stages, tile * self.block_k
         self.tma_load(src=ga, dst=sa[stage], offsets=[offset_m, k0], barrier=bars[stage])
-        if self.b_layout == "col":
+        if self.gated:  # the gate rows' tile over the up rows' tile
+            half = self.block_n // 2
+            self.tma_load(src=gb, dst=sb[stage, 0:half], offsets=[offset_n, k0], barrier=bars[stage])
+            self.tma_load(src=gb, dst=sb[stage, half:self.block_n], offsets=[gb.shape[0] // 2 + offset_n, k0],
+                          barrier=bars[stage])
+        elif self.b_layout == "col":
             self.tma_load(src=gb, dst=sb[stage], offsets=[offset_n, k0], barrier=bars[stage])
         else:
             for chunk in list(range(self.block_n // 64)):
@@ -168,7 +186,11 @@ class MatmulWgmma(tilus.Script):
 
     def copy_b(self, gb, sb, stage, k0, offset_n):
         """cp.async of b's tile for k0 into ``sb[stage]``: one [bn, bk] tile, or bn / 64 [bk, 64] chunks."""
-        if self.b_layout == "col":
+        if self.gated:  # the gate rows' tile over the up rows' tile
+            half = self.block_n // 2
+            self.copy_async(src=gb, dst=sb[stage, 0:half], offsets=[offset_n, k0])
+            self.copy_async(src=gb, dst=sb[stage, half:self.block_n], offsets=[gb.shape[0] // 2 + offset_n, k0])
+        elif self.b_layout == "col":
             self.copy_async(src=gb, dst=sb[stage], offsets=[offset_n, k0])
         else:
             for chunk in list(range(self.block_n // 64)):

@@ -21,8 +21,9 @@ def target(arch: str = "sm_90") -> tvm.target.Target:
     return tvm.target.Target({"kind": "cuda", "arch": arch}, host="llvm")
 
 
-def te_matmul(m: int, n: int, k: int, in_dtype: str, out_dtype: str) -> tirx.PrimFunc:
-    """``C[m, n] = sum_k A[m, k] * B[k, n]`` with ``te.compute``, products in ``out_dtype``."""
+def te_matmul(m: int, n: int, k: int, in_dtype: str, out_dtype: str, store_dtype: str = None) -> tirx.PrimFunc:
+    """``C[m, n] = sum_k A[m, k] * B[k, n]`` with ``te.compute``, products in ``out_dtype``; with
+    ``store_dtype``, the output is ``D = C.astype(store_dtype)`` (float32 sums stored as float16)."""
     a = te.placeholder((m, k), in_dtype, name="A")
     b = te.placeholder((k, n), in_dtype, name="B")
     r = te.reduce_axis((0, k), name="k")
@@ -31,7 +32,10 @@ def te_matmul(m: int, n: int, k: int, in_dtype: str, out_dtype: str) -> tirx.Pri
         return x if in_dtype == out_dtype else x.astype(out_dtype)
 
     c = te.compute((m, n), lambda i, j: te.sum(widen(a[i, r]) * widen(b[r, j]), axis=r), name="C")
-    return te.create_prim_func([a, b, c])
+    if store_dtype is None:
+        return te.create_prim_func([a, b, c])
+    d = te.compute((m, n), lambda i, j: c[i, j].astype(store_dtype), name="D")
+    return te.create_prim_func([a, b, d])
 
 
 def schedule_matmul(func: tirx.PrimFunc, in_dtype: str, out_dtype: str, cp_async: bool = False) -> tvm.IRModule:

@@ -259,13 +259,14 @@ class AsyncPipeline(ms.postproc.PyPostproc):
 def schedule_rules(in_dtypes=DTYPES, software_pipeline: bool = True) -> list:
     """MetaSchedule's CUDA rules with ``MultiLevelTilingTensorCore`` over the ``tilus`` groups first;
     ``software_pipeline``: the rule's pipeline of the k loop (made a ``cp.async`` one by
-    :class:`AsyncPipeline`). Copies move 2, 4 or 8 elements a thread: ``cp.async`` takes 4 to 16 bytes."""
+    :class:`AsyncPipeline`). Copies move 4 or 8 16-bit elements a thread (``cp.async`` of 8 or 16 bytes; its
+    4-byte form, 2 elements, would quadruple the copy instructions: left out of the space)."""
     tensor_core = ms.schedule_rule.MultiLevelTilingTensorCore(
         intrin_groups=[intrin_group(dtype) for dtype in in_dtypes],
         structure="SSSRRSRS",
         tile_binds=["blockIdx.y", "blockIdx.x", "threadIdx.y"],
         max_innermost_factor=4,
-        vector_load_lens=[2, 4, 8],
+        vector_load_lens=[4, 8],
         reuse_read=ms.schedule_rule.ReuseType(req="must", levels=[4], scope=STAGING),
         reuse_write=ms.schedule_rule.ReuseType(req="must", levels=[2], scope=STAGING),
         use_software_pipeline=software_pipeline,

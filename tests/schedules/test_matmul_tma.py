@@ -191,3 +191,21 @@ def test_gated_matmul_matches_torch(tma, m, n, k, dtype):
     product = a.float() @ w.float().t()
     gate, up = product[:, :n], product[:, n:]
     torch.testing.assert_close(c.float(), torch.nn.functional.silu(gate) * up, atol=3e-2, rtol=2e-2)
+
+
+def test_tensor_map_extents_come_from_parameters():
+    class InsideExtent(tilus.Script):
+        def __call__(self, m: int32, x_ptr: ~float16):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            rows: int32 = m * self.blockIdx.x + 64
+            gx = self.global_view(x_ptr, dtype=float16, shape=[rows, 64])
+            tile = self.shared_tensor(dtype=float16, shape=[64, 64])
+            bars = self.shared_tensor(dtype=uint64, shape=[1])
+            self.mbarrier_init(bars, arrivals=1)
+            self.tma_load(src=gx, dst=tile, offsets=[0, 0], barrier=bars[0])
+            self.mbarrier_wait(bars[0], 0)
+
+    x = torch.zeros(64, 64, dtype=torch.float16)
+    with pytest.raises(CompileError, match="computed inside the kernel"):
+        InsideExtent().compile(64, x, target="sm_90")

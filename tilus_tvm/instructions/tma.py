@@ -123,6 +123,22 @@ def _check_src(inst: ir.TmaLoad) -> None:
                                f"needs strides that are multiples of 16 bytes ({width} elements)")
 
 
+def _check_host_computable(inst: ir.TmaLoad, func: Function) -> None:
+    """The tensor map is encoded before the launch: ``src``'s extents and strides may use the kernel's
+    run-time parameters (and the extents of its tensors), not values computed inside the kernel."""
+    allowed = [p.var for p in func.params if p.kind == "scalar"]
+    allowed += [v for p in func.params if p.kind == "pointer"
+                for extent in p.buffer.shape for v in tirx.analysis.undefined_vars(extent)]
+    for value in [*inst.src.shape, *inst.src.strides]:
+        if isinstance(value, int):
+            continue
+        inside = [v.name for v in tirx.analysis.undefined_vars(value) if not any(v.same_as(a) for a in allowed)]
+        if inside:
+            raise CompileError(f"tma_load: src {inst.src.describe()} has an extent or stride ({value}) computed "
+                               f"inside the kernel (from {', '.join(sorted(set(inside)))}); TMA's tensor map is "
+                               f"encoded before the launch, from the kernel's parameters only")
+
+
 def _box(inst: ir.TmaLoad) -> tuple[int, ...]:
     """The box's extents along the dimensions of ``src`` (1 where the tile does not run)."""
     box = [1] * len(inst.src.shape)
@@ -142,6 +158,7 @@ def encode_tensor_maps(func: Function, ctx: CodegenContext) -> None:
         if not isinstance(inst, ir.TmaLoad):
             continue
         _check_src(inst)
+        _check_host_computable(inst, func)
         if not func.aligned(inst.src.pointer):
             raise CompileError(f"tma_load: src {inst.src.describe()} starts at an address that is not known to be "
                                f"16-byte aligned; TMA needs it (pass a tensor whose data pointer is)")

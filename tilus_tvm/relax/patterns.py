@@ -462,11 +462,9 @@ def rewrite_add(context: DispatchContext, call: Any) -> Any:
     return _restore(context, out, x_ty)
 
 
-def rewrite_swiglu(context: DispatchContext, call: Any) -> Any:
-    """``R.multiply(R.nn.silu(g), u)`` with ``g, u = R.split(x, 2, axis=-1)`` (a gated MLP's activation) ->
-    ``SwiGLU`` reading ``x`` once."""
-    from tilus_tvm.schedules.elementwise import elementwise_kernel_for
-
+def _gated_activation(context: DispatchContext, call: Any) -> tuple[Any, Any, Any]:
+    """``(silu(g), x, x's type)`` when ``call`` is ``R.multiply(R.nn.silu(g), u)`` with ``g, u = R.split(x, 2,
+    axis=-1)`` (a gated MLP's activation); else ``NotApplicable``."""
     silu_var, up = call.args
     silu = context.binding_of(silu_var)
     if not _is_op(silu, "relax.nn.silu"):
@@ -478,6 +476,15 @@ def rewrite_swiglu(context: DispatchContext, call: Any) -> Any:
     x_ty = _tensor(x, "x")
     if int(split.attrs.axis) not in (-1, x_ty.ndim - 1):
         raise NotApplicable()
+    return silu_var, x, x_ty
+
+
+def rewrite_swiglu(context: DispatchContext, call: Any) -> Any:
+    """``R.multiply(R.nn.silu(g), u)`` with ``g, u = R.split(x, 2, axis=-1)`` (a gated MLP's activation) ->
+    ``SwiGLU`` reading ``x`` once."""
+    from tilus_tvm.schedules.elementwise import elementwise_kernel_for
+
+    silu_var, x, x_ty = _gated_activation(context, call)
     dtype = _dtype(x_ty)
     if dtype not in ROW_DTYPES:
         raise NotDispatched(f"dtype {dtype}: SwiGLU takes float16, bfloat16 or float32")
@@ -497,17 +504,9 @@ def rewrite_gated_linear(context: DispatchContext, call: Any) -> Any:
     is never written (the matmul's kernel is left unused and removed)."""
     from tilus_tvm.schedules.matmul import kernel_for
 
-    silu_var, up = call.args
-    silu = context.binding_of(silu_var)
-    if not _is_op(silu, "relax.nn.silu"):
-        raise NotApplicable()
-    split = _split_source(context, [silu.args[0], up])
-    if split is None:
-        raise NotApplicable()
-    x = split.args[0]
+    silu_var, x, _ = _gated_activation(context, call)
     source = context.source_of(x)
-    x_ty = _tensor(x, "x")
-    if source is None or int(split.attrs.axis) not in (-1, x_ty.ndim - 1) or source.n % 2:
+    if source is None or source.n % 2:
         raise NotApplicable()
     half = source.n // 2
     kernel = kernel_for(LARGE_M, source.dtype, "col", context.hopper, wgmma=True, gated=True)

@@ -34,7 +34,7 @@ from tilus_tvm.errors import ScriptError
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus_tvm.ir.values import is_scalar
-from tilus_tvm.lang.instructions.memory import InstructionBase, check_dims, check_offsets
+from tilus_tvm.lang.instructions.memory import InstructionBase, check_tile_copy
 
 
 def _barrier(op: str, barrier) -> SharedTensor:
@@ -84,16 +84,8 @@ class HopperInstructions(InstructionBase):
         whose swizzle, if any, is TMA's for its rows (32, 64 or 128 bytes); the kernel chooses that layout
         for a shared tensor created without one. At most 256 elements along each dimension."""
         builder = self._builder("tma_load")
-        if not isinstance(src, GlobalTensor):
-            raise ScriptError(f"tma_load: src must be a global tensor (self.global_view), got {src!r}")
-        if not isinstance(dst, SharedTensor):
-            raise ScriptError(f"tma_load: dst must be a shared tensor, got {dst!r}")
-        if src.dtype != dst.dtype:
-            raise ScriptError(f"tma_load: src {src.describe()} and dst {dst.describe()} differ in dtype; TMA "
-                              f"copies bytes, it does not convert")
+        offsets, dims = check_tile_copy("tma_load", "TMA", src, dst, offsets, dims)
         barrier = _barrier("tma_load", barrier)
-        offsets = check_offsets("tma_load", offsets, len(src.shape), src.describe())
-        dims = check_dims("tma_load", dims, len(dst.shape), len(src.shape))
         if len(src.shape) > 5:
             raise ScriptError(f"tma_load: src {src.describe()} has {len(src.shape)} dimensions; TMA takes at most 5")
         for d, extent in enumerate(dst.shape):

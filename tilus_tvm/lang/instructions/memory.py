@@ -61,6 +61,20 @@ def check_offsets(op: str, offsets: Any, rank: int, what: str) -> tuple[Any, ...
     return tuple(offsets)
 
 
+def check_tile_copy(op: str, engine: str, src: Any, dst: Any, offsets: Any, dims: Any) -> tuple[tuple, tuple]:
+    """The checks of a copy of the tile ``src[offsets...]`` into shared ``dst`` (``copy_async``, ``tma_load``);
+    returns the offsets and dims."""
+    if not isinstance(src, GlobalTensor):
+        raise ScriptError(f"{op}: src must be a global tensor (self.global_view), got {src!r}")
+    if not isinstance(dst, SharedTensor):
+        raise ScriptError(f"{op}: dst must be a shared tensor, got {dst!r}")
+    if src.dtype != dst.dtype:
+        raise ScriptError(f"{op}: src {src.describe()} and dst {dst.describe()} differ in dtype; {engine} copies "
+                          f"bytes, it does not convert")
+    offsets = check_offsets(op, offsets, len(src.shape), src.describe())
+    return offsets, check_dims(op, dims, len(dst.shape), len(src.shape))
+
+
 def check_dims(op: str, dims: Any, tile_rank: int, full_rank: int) -> tuple[int, ...]:
     """``dims[i]`` is the dimension of the sliced tensor that tile dimension ``i`` runs along."""
     if dims is None:
@@ -249,15 +263,7 @@ class MemoryInstructions(InstructionBase):
         >>> self.copy_async(src=ga, dst=sa[stage], offsets=[offset_m, k * 32])   # doctest: +SKIP
         """
         builder = self._builder("copy_async")
-        if not isinstance(src, GlobalTensor):
-            raise ScriptError(f"copy_async: src must be a global tensor (self.global_view), got {src!r}")
-        if not isinstance(dst, SharedTensor):
-            raise ScriptError(f"copy_async: dst must be a shared tensor, got {dst!r}")
-        if src.dtype != dst.dtype:
-            raise ScriptError(f"copy_async: src {src.describe()} and dst {dst.describe()} differ in dtype; "
-                              f"cp.async copies bytes, it does not convert")
-        offsets = check_offsets("copy_async", offsets, len(src.shape), src.describe())
-        dims = check_dims("copy_async", dims, len(dst.shape), len(src.shape))
+        offsets, dims = check_tile_copy("copy_async", "cp.async", src, dst, offsets, dims)
         builder.emit(ir.CopyAsync(dst, src, offsets, dims))
 
     def copy_async_commit_group(self) -> None:

@@ -50,6 +50,7 @@ QUICK = [(1, 8192, 28672), (16, 8192, 28672)]
 ROUNDS = 3  # medians of 30 calls each; the best is reported
 WARM_SECONDS = 0.2  # the call replays this long before it is timed
 SPLIT_REDUCE = "serial"  # --split-reduce: how the table's split-K partial sums are added up
+WEIGHT_STAGES = 0  # --weight-stages: the decode rows' TMA ring of weights (0: none)
 # the table's wgmma rows (from 49 rows) exist on an sm_90a GPU only: quantized_matmul() picks them there
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
@@ -143,6 +144,7 @@ def triton_packages() -> str:
 def config_text(config: Config) -> str:
     return (f"{config.warps}w {config.units_per_warp}u bm{config.block_m} s{config.split_k} p{config.prefetch}"
             + (" staged" if config.stage_activations else "")
+            + (f" tma{config.weight_stages}" if config.weight_stages else "")
             + (" +SplitKSum" if config.split_k > 1 and config.split_reduce == "kernel" else ""))
 
 
@@ -153,6 +155,8 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     out = torch.empty(m, w.packed.n, dtype=torch.float16, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     chosen = config or replace(choose_config(m, w.packed.format, sms, wgmma=HOPPER), split_reduce=SPLIT_REDUCE)
+    if config is None and WEIGHT_STAGES and not chosen.warpgroup_mma:
+        chosen = replace(chosen, weight_stages=WEIGHT_STAGES)
     if tune:
         call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, tune=True)  # noqa: E731
     else:
@@ -232,6 +236,10 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
     paths = [replace(table, stage_activations=False, stages=2, prefetch=2),
              replace(table, stage_activations=True, stages=3, prefetch=2),
              replace(table, stage_activations=True, stages=3, prefetch=1)]
+    if torch.cuda.get_device_capability()[0] >= 9:  # weights through a TMA ring in shared memory
+        paths += [replace(table, weight_stages=stages) for stages in (3, 4, 6, 8)]
+        paths += [replace(table, warps=warps, units_per_warp=units, weight_stages=4)
+                  for warps, units in ((4, 4), (8, 2), (8, 4)) if units % w.packed.format.units == 0]
     candidates += [path for path in paths if path not in candidates]
     if m > 16:
         candidates = [Config(warps=warps, units_per_warp=units, block_m=block_m, stage_activations=True, stages=3,
@@ -260,12 +268,16 @@ def main():
     parser.add_argument("--tuned", action="store_true",
                         help="a row of quantized_matmul(tune=True) under each of ours (tunes 30 configurations "
                              "a shape and type: pick few --types)")
+    parser.add_argument("--weight-stages", type=int, default=0,
+                        help="decode rows (the mma.sync table) load their weights through a TMA ring of this many "
+                             "stages (Hopper; 0: straight to registers, the table's way)")
     parser.add_argument("--split-reduce", choices=["kernel", "serial"], default="serial",
                         help="split-K partial sums added in the kernel, in split order (semaphores; the default), "
                              "or by a second kernel")
     args = parser.parse_args()
-    global SPLIT_REDUCE
+    global SPLIT_REDUCE, WEIGHT_STAGES
     SPLIT_REDUCE = args.split_reduce
+    WEIGHT_STAGES = args.weight_stages
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     bandwidth = copy_bandwidth()

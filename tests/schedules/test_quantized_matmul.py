@@ -116,6 +116,20 @@ def test_decode_kernel_streams_weights_into_registers(target):
     assert "bar.sync" not in code  # nothing shared between warps
 
 
+def test_decode_kernel_streams_weights_through_a_tma_ring():
+    """weight_stages: TMA copies each k-step's [granules, chunks, 32 lanes x words] tile into a ring; the warps
+    read their 16-byte vectors from shared memory; no global load of weights by the threads."""
+    fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
+    config = replace(choose_config(1, fmt), weight_stages=4)
+    _, compiled = compile_kernel(fmt, 1, config, target="sm_90")
+    code = ptx(compiled, "sm_90")
+    assert "cp.async.bulk.tensor.4d" in code and "mbarrier.try_wait.parity" in code
+    assert re.search(r"ld\.shared\.v4\.u32", code) and not re.search(r"ld\.global\.nc\.v4\.u32", code)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in code
+    with pytest.raises(ScriptError, match="weight_stages=1 must be 0"):
+        QuantizedMatmul(fmt, weight_stages=1)
+
+
 @pytest.mark.parametrize("name,group,m,zero_points,dtype", [
     ("int3b", 32, 5, True, torch.float16), ("float8_e4m3", None, 16, False, torch.bfloat16),
     ("float6_e3m2", 64, 96, False, torch.float16), ("uint2b", 128, 200, True, torch.bfloat16),

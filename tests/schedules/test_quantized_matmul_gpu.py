@@ -96,3 +96,16 @@ def test_warpgroup_mma(name, m, group, zero_points, dtype, units, block_m):
         pytest.skip("wgmma needs an sm_90a GPU (H100, H200)")
     check(name, m, 512, 300, group, zero_points=zero_points, dtype=dtype,
           config=replace(WARPGROUP_MMA, units_per_warp=units, block_m=block_m))
+
+
+@pytest.mark.parametrize("name,m,k,n,group,split,stages", [
+    ("uint4b", 1, 4096, 1024, 128, 2, 4), ("uint2b", 3, 2048, 640, 64, 1, 3), ("int3b", 16, 1024, 300, None, 1, 6),
+    ("uint8", 8, 1024, 256, 128, 2, 2), ("float6_e3m2", 1, 2048, 512, 32, 4, 4), ("float4_e2m1", 5, 384, 77, 64, 1, 8)])
+def test_weights_through_a_tma_ring(name, m, k, n, group, split, stages):
+    """weight_stages: the weights of ``stages - 1`` k-steps in flight through TMA (Hopper), against torch."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs sm_90")
+    config = Config(block_m=8 if m <= 8 else 16, prefetch=2, split_k=split, weight_stages=stages,
+                    stage_activations=m > 8, stages=3)
+    for seed in (0, 1):
+        check(name, m, k, n, group, seed=seed, config=config)

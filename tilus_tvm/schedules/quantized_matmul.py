@@ -62,7 +62,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 import tilus_tvm as tilus
-from tilus_tvm import bfloat16, float16, float32, int32, void
+from tilus_tvm import bfloat16, float16, float32, int32, uint64, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.layout.register_ops import interleave_local
@@ -121,7 +121,9 @@ class QuantizedMatmul(tilus.Script):
     K split over that many blocks (grid z), adding their partial sums up themselves, split after split,
     leaving ``ws_ptr`` alone (``split_reduce="serial"``), or each writing float32 partial sums to
     ``ws_ptr`` [split_k, M, N] for :class:`SplitKSum` (``split_reduce="kernel"``);
-    ``prefetch``: k-steps of weights in flight ahead of the one computed (1 to 4); ``min_blocks``: blocks
+    ``prefetch``: k-steps of weights in flight ahead of the one computed (1 to 4); ``weight_stages``: 0, or
+    the depth of a ring of k-steps of weights that TMA fills in shared memory (Hopper; ``prefetch`` is
+    then unused: ``weight_stages - 1`` steps are in flight); ``min_blocks``: blocks
     that must fit on an SM (``__launch_bounds__``; ptxas keeps registers below ``65536 / (min_blocks * 32 *
     warps)``, spilling if it must; 0 lets it choose).
     """
@@ -129,7 +131,7 @@ class QuantizedMatmul(tilus.Script):
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
                  units_per_warp: int = 2, block_m: int = 8, stage_activations: bool = False, stages: int = 2,
                  scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "serial",
-                 min_blocks: int = 0, warpgroup_mma: bool = False):
+                 min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -161,6 +163,11 @@ class QuantizedMatmul(tilus.Script):
             raise ScriptError(f"QuantizedMatmul: min_blocks={min_blocks} must be in [0, 32] (0: no bound)")
         self.split_k, self.prefetch, self.split_reduce, self.min_blocks = split_k, prefetch, split_reduce, min_blocks
         self.warpgroup_mma = bool(warpgroup_mma)
+        if isinstance(weight_stages, bool) or not isinstance(weight_stages, int) or \
+                not (weight_stages == 0 or 2 <= weight_stages <= 16):
+            raise ScriptError(f"QuantizedMatmul: weight_stages={weight_stages!r} must be 0 (weights straight to "
+                              f"registers) or 2 to 16 (a TMA ring in shared memory, sm_90)")
+        self.weight_stages = weight_stages
         if self.warpgroup_mma:
             if warps % 4 or not stage_activations or not (scale_weights or fmt.per_channel):
                 raise ScriptError(f"QuantizedMatmul: warpgroup_mma needs whole warpgroups (warps={warps}), staged activations "
@@ -207,11 +214,25 @@ class QuantizedMatmul(tilus.Script):
                 for h in list(range(kt // chunk)):
                     self.copy_async(src=ga, dst=sx[s, h], offsets=[m0, (first + s) * kt + h * chunk])
                 self.copy_async_commit_group()
-        # the weights of the next `prefetch` steps are in flight while a step computes
+        # the weights of the next `prefetch` steps are in flight while a step computes: in registers, or with
+        # weight_stages, in a ring of shared memory that TMA fills (one barrier a stage)
         ahead = []
-        for j in list(range(self.prefetch)):
-            ahead.append(self.load_global(gw, offsets=[granule0, first + j, 0, 0, 0], shape=list(words.shape),
-                                          dims=[0, 2, 3, 4], layout=words))
+        wst = self.weight_stages
+        if wst:
+            granules, chunks, _, vector = words.shape
+            # the storage with each chunk's lanes and words as one row: TMA's innermost box of 16-byte multiples
+            gw_tma = self.global_view(w_ptr, dtype=int32, shape=[shape[0], shape[1], shape[2], 32 * vector])
+            sw = self.shared_tensor(dtype=int32, shape=[wst, granules, chunks, 32 * vector])
+            wbars = self.shared_tensor(dtype=uint64, shape=[wst])
+            self.mbarrier_init(wbars, arrivals=1)
+            for j in range(wst - 1):
+                if j < steps:
+                    self.tma_load(src=gw_tma, dst=sw[j], offsets=[granule0, first + j, 0, 0], dims=[0, 2, 3],
+                                  barrier=wbars[j])
+        else:
+            for j in list(range(self.prefetch)):
+                ahead.append(self.load_global(gw, offsets=[granule0, first + j, 0, 0, 0], shape=list(words.shape),
+                                              dims=[0, 2, 3, 4], layout=words))
         x_now = None if self.stage_activations else \
             self.load_global(ga, offsets=[m0, first * kt], shape=[bm, kt], layout=x_layout)
         # a step's scales (and zero points) come from DRAM too: they are loaded a step ahead, like the
@@ -223,8 +244,17 @@ class QuantizedMatmul(tilus.Script):
         z_ahead = [self.load_global(gz, offsets=[n0, group0], shape=[bn, 1])] if self.zero_points else []
         for i in range(steps):
             step = first + i
-            w_new = self.load_global(gw, offsets=[granule0, step + self.prefetch, 0, 0, 0], shape=list(words.shape),
-                                     dims=[0, 2, 3, 4], layout=words)
+            if wst:
+                self.mbarrier_wait(wbars[i % wst], i // wst % 2)  # step i's weights have landed
+                self.sync()  # every warp has read step i - 1's stage: it takes step i + wst - 1
+                if i + wst - 1 < steps:
+                    self.tma_load(src=gw_tma, dst=sw[(i + wst - 1) % wst], offsets=[granule0, step + wst - 1, 0, 0],
+                                  dims=[0, 2, 3], barrier=wbars[(i + wst - 1) % wst])
+                w_now = self.load_shared(self.reshape_shared(sw[i % wst], list(words.shape)), layout=words)
+            else:
+                w_new = self.load_global(gw, offsets=[granule0, step + self.prefetch, 0, 0, 0],
+                                         shape=list(words.shape), dims=[0, 2, 3, 4], layout=words)
+                w_now = ahead[0]
             if self.stage_activations:
                 stage_ahead = i + self.stages - 1
                 for h in list(range(kt // chunk)):
@@ -243,7 +273,7 @@ class QuantizedMatmul(tilus.Script):
             group_new = (step + 1) * kt // fmt.group_size
             s_new = self.load_global(gs, offsets=[n0, group_new], shape=[bn, 1]) if grouped else None
             z_new = self.load_global(gz, offsets=[n0, group_new], shape=[bn, 1]) if self.zero_points else None
-            codes = self.view(ahead[0], dtype=fmt.dtype, layout=codes_layout)
+            codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
             weights = self.cast(codes, dtype, layout=a_layout)
             if self.zero_points:
                 weights = weights - z_ahead[0]
@@ -272,7 +302,7 @@ class QuantizedMatmul(tilus.Script):
                 self.sync()  # every warp has read this stage before a later step refills it
             else:
                 x_now = x_next
-            for queue, new in ((ahead, w_new), (s_ahead, s_new), (z_ahead, z_new)):
+            for queue, new in ((ahead, None if wst else w_new), (s_ahead, s_new), (z_ahead, z_new)):
                 for later in list(range(1, len(queue))):
                     self.assign(queue[later - 1], queue[later])
                 if queue:
@@ -341,6 +371,7 @@ class Config:
     split_reduce: str = "serial"
     min_blocks: int = 0
     warpgroup_mma: bool = False
+    weight_stages: int = 0
 
 
 # (the largest batch served, the weight widths in bits served or None for all, the configuration): the first

@@ -93,11 +93,12 @@ def main() -> None:
                         help="space-separated bm,bn,bk,stages of MatmulWgmma (on an H100 or H200)")
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--every-config", action="store_true", help="a row for every configuration, not only the best")
+    parser.add_argument("--no-triton", action="store_true", help="leave out the autotuned Triton rows (slow to tune)")
     parser.add_argument("--splits", default="2,3,5,8,12", help="split counts tried for m <= 128")
     args = parser.parse_args()
     configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split()]
     wgmma_configs = [tuple(int(v) for v in c.split(",")) for c in args.wgmma_configs.split()]
-    triton_run = triton_matmul()
+    triton_run = None if args.no_triton else triton_matmul()
     lines = []
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
@@ -166,7 +167,9 @@ def main() -> None:
             c.fill_(float("nan"))
             matmul(a, w.t(), out=c)
             torch.testing.assert_close(c, expected, atol=1e-2, rtol=1e-2)
-            chosen = type(matmul_module.kernel_for(m, torch.float16, "col", True, wgmma=True)).__name__
+            chosen = matmul_module.kernel_for(m, torch.float16, "col", True, wgmma=True, n=n,
+                                              multiprocessors=torch.cuda.get_device_properties(0).multi_processor_count)
+            chosen = type(chosen).__name__ + (f" {chosen.block_m}x{chosen.block_n}" if hasattr(chosen, "block_n") else "")
             row("matmul(a, w.t())", benchmark_func(lambda: matmul(a, w.t(), out=c), warmup=5, repeat=args.repeat),
                 chosen)
     header = f"{'m':>5} {'n':>6} {'k':>6}  {'kernel':<24} {'ms':>9} {'TFLOP/s':>8} {'vs cuBLAS':>9}"

@@ -209,3 +209,18 @@ def test_tensor_map_extents_come_from_parameters():
     x = torch.zeros(64, 64, dtype=torch.float16)
     with pytest.raises(CompileError, match="computed inside the kernel"):
         InsideExtent().compile(64, x, target="sm_90")
+
+
+def test_wgmma_tile_fills_the_gpu():
+    """matmul()'s choice on sm_90a: the largest MatmulWgmma tile whose grid fills half the SMs (132 here)."""
+    from tilus_tvm.schedules.matmul import kernel_for, wgmma_tile
+
+    assert wgmma_tile(64, 28672) is None  # too few rows for wgmma's 64-row warpgroups to pay
+    assert wgmma_tile(128, 28672) == (128, 256, 64, 4)  # 112 blocks
+    assert wgmma_tile(256, 11008) == (128, 256, 64, 4)  # 86 blocks
+    assert wgmma_tile(256, 4096) == (64, 128, 64, 5)  # 32 and 64 blocks are too few, 128 are not
+    assert wgmma_tile(128, 4096) is None  # 64 blocks at most: Matmul's table or split K
+    assert wgmma_tile(512, 512) == (64, 128, 64, 5)  # from 257 rows always, the tile with the most blocks
+    assert wgmma_tile(100) == (128, 256, 64, 4)  # n unknown: a wide output
+    assert type(kernel_for(256, torch.float16, "col", True, wgmma=True, n=4096)).__name__ == "MatmulWgmma"
+    assert type(kernel_for(128, torch.float16, "col", True, wgmma=True, n=4096)).__name__ == "Matmul"

@@ -22,8 +22,9 @@ once lowered), calls the kernel through ``context.kernel`` and reshapes the resu
                                                                      never written)
     relax.multiply      silu(g) * u, g and u the halves of one split(x, 2, -1) ->  SwiGLU (reads x once)
 
-On sm_90a (an H100 or H200) the matmul of ``permute_dims(w)`` from 257 rows (or symbolic rows) is
-MatmulWgmma (Hopper's wgmma) instead of Matmul.
+On sm_90a (an H100 or H200) the matmul of ``permute_dims(w)`` is MatmulWgmma (Hopper's wgmma) instead of
+Matmul where :func:`tilus_tvm.schedules.matmul.wgmma_tile` gives it a tile (symbolic rows, or enough
+static rows and columns to fill the GPU).
 
 Adding a kernel is one :class:`Pattern` here (or ``DispatchKernels(patterns=PATTERNS + (mine,))``).
 Patterns of one operator are tried in order; ``NotApplicable`` passes silently to the next.
@@ -166,7 +167,7 @@ def rewrite_matmul(context: DispatchContext, call: Any) -> Any:
         if value % VECTOR_ELEMENTS:
             raise NotDispatched(f"{name} = {value} is not a multiple of {VECTOR_ELEMENTS} (Matmul loads 16-byte rows)")
     rows = _rows(_dims(a_ty)[:-1])
-    kernel = kernel_for(_static(rows) or LARGE_M, dtype, layout, context.hopper, wgmma=context.wgmma)
+    kernel = kernel_for(_static(rows) or LARGE_M, dtype, layout, context.hopper, wgmma=context.wgmma, n=n)
     a2 = _reshape(context, a, [rows, _dims(a_ty)[-1]], "tilus_rows")
     y = context.emit(context.kernel(kernel, [rows, n, k, a2, weight], out=_output([rows, n], dtype)), "tilus_matmul")
     if type(kernel).__name__ == "MatmulWgmma" and layout == "col":  # a gated activation may fuse into it

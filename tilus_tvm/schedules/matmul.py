@@ -160,8 +160,8 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = No
 
     ``b`` may be row-major or the transpose of a row-major [n, k] tensor (``w.t()``, as in
     ``x @ w.t()``); other strides are made contiguous first. On an H100 or H200 with at least
-    ``WGMMA_MIN_ROWS`` rows it runs :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma`
-    (Hopper's ``wgmma``). Otherwise the configuration comes from a small
+    ``WGMMA_MIN_ROWS`` rows and enough blocks (:func:`wgmma_tile`) it runs
+    :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma` (Hopper's ``wgmma``). Otherwise the configuration comes from a small
     table by ``m`` (measured on an H100; see ``scripts/bench_matmul.py``), or, with ``tune=True``
     (``None``: ``tilus_tvm.tune.configure(library=...)``), from the tuning database: the first call
     of a key (n, k, dtypes, layout, the GPU, m rounded up to a power of two) tunes ``Matmul``'s space.
@@ -189,8 +189,13 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = No
     b_arg = b.t() if column_major else b.contiguous()
     from tilus_tvm.schedules import matmul_splitk
 
+    capability = torch.cuda.get_device_capability(a.device) if a.is_cuda else (0, 0)
+    multiprocessors = matmul_splitk.sm_count(a.device.index) if a.is_cuda else 132
+    wgmma = capability == (9, 0)
+    if splits is None and wgmma and wgmma_tile(m, n, multiprocessors) is not None:
+        splits = 1  # MatmulWgmma's grid fills the GPU
     if splits is None:
-        splits = matmul_splitk.choose_splits(m, n, k, matmul_splitk.sm_count(a.device.index)) if a.is_cuda else 1
+        splits = matmul_splitk.choose_splits(m, n, k, multiprocessors) if a.is_cuda else 1
     elif isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
         raise LaunchError(f"matmul: splits must be a positive int or None, got {splits!r}")
     if splits > 1:
@@ -198,8 +203,7 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = No
     elif use_tuned(tune, "matmul"):
         kernel = tuned_kernel(Matmul, b_layout=b_layout, dtype=bfloat16 if a.dtype == torch.bfloat16 else float16)
     else:
-        capability = torch.cuda.get_device_capability(a.device) if a.is_cuda else (0, 0)
-        kernel = kernel_for(m, a.dtype, b_layout, capability[0] >= 9, wgmma=capability == (9, 0))
+        kernel = kernel_for(m, a.dtype, b_layout, capability[0] >= 9, wgmma=wgmma, n=n, multiprocessors=multiprocessors)
     kernel(m, n, k, a.contiguous(), b_arg, out)
     return out
 
@@ -215,28 +219,50 @@ def matmul(a: Any, b: Any, out: Optional[Any] = None, splits: Optional[int] = No
 # 0.0834 ms). Rows 65-128 take them on Hopper; up to 64 rows keep 16-row blocks (twice the blocks).
 CONFIGS = ((128, (16, 128, 64, 4, 4, 1)), (None, (128, 256, 64, 8, 3, 1)))
 HOPPER_CONFIGS = ((64, (16, 128, 64, 4, 4, 1)), (128, (32, 128, 64, 4, 4, 1)), (None, (128, 256, 64, 8, 3, 1)))
-# With wgmma (sm_90a), MatmulWgmma takes over from WGMMA_MIN_ROWS rows: 128 x 256 tiles of two
-# warpgroups, four stages (scripts/bench_matmul.py); b row-major or w.t().
-WGMMA_MIN_ROWS = 257
-WGMMA_CONFIG = (128, 256, 64, 4)
+# With wgmma (sm_90a), MatmulWgmma takes over from WGMMA_MIN_ROWS rows, with the largest of WGMMA_TILES
+# (block_m, block_n, block_k, stages) whose grid fills at least half the SMs; with fewer blocks Matmul's table
+# (or split K) serves below 257 rows, the last tile from 257 rows. H200, TMA, b = w.t() (bench_matmul.py):
+# 256 x 4096 x 4096: 64 x 128 tiles 0.0310 ms (128 blocks), 128 x 256 0.0444 (32 blocks), Matmul 0.0349;
+# 256 x 11008 x 4096: 128 x 256 0.0463 (86 blocks), 64 x 256 0.0623 (172), Matmul 0.0761;
+# 128 x 28672 x 4096: 128 x 256 0.0668 (112 blocks), Matmul 0.0808; 128 x 4096 x 14336 (64 blocks at most):
+# MatmulWgmma 0.0924, Matmul 0.0704, split K 0.0872 -- left to the table.
+WGMMA_MIN_ROWS = 65
+WGMMA_TILES = ((128, 256, 64, 4), (64, 256, 64, 4), (64, 128, 64, 5))
+WGMMA_CONFIG = WGMMA_TILES[0]
 _KERNELS: dict = {}
 
 
+def wgmma_tile(m: int, n: Optional[int] = None, multiprocessors: int = 132) -> Optional[tuple]:
+    """The ``MatmulWgmma`` tile for ``m`` x ``n`` (see ``WGMMA_TILES``), or None where ``Matmul`` serves better
+    (fewer than ``WGMMA_MIN_ROWS`` rows, or a grid that fills under half the SMs below 257 rows). ``n`` None:
+    a wide output (the first tile)."""
+    if m < WGMMA_MIN_ROWS:
+        return None
+    if n is None:
+        return WGMMA_TILES[0]
+    for tile in WGMMA_TILES:
+        if -(-m // tile[0]) * -(-n // tile[1]) >= multiprocessors // 2:
+            return tile
+    return WGMMA_TILES[-1] if m >= 257 else None
+
+
 def kernel_for(m: int, dtype: Any, b_layout: str = "row", hopper: bool = False, wgmma: bool = False,
-               gated: bool = False) -> Any:
-    """The kernel :func:`matmul` uses for ``m`` rows: ``Matmul`` (``hopper``: sm_90 or newer, its
-    table), or -- ``wgmma``: an sm_90a target, at least ``WGMMA_MIN_ROWS`` rows --
-    :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma`. Both take ``(m, n, k, a, b, c)``.
-    ``gated``: ``MatmulWgmma(gated=True)`` (``c = silu(a @ w[:n].T) * (a @ w[n:].T)``, w [2n, k])."""
+               gated: bool = False, n: Optional[int] = None, multiprocessors: int = 132) -> Any:
+    """The kernel :func:`matmul` uses for ``m`` rows (and ``n`` columns, on a GPU of ``multiprocessors``
+    SMs): ``Matmul`` (``hopper``: sm_90 or newer, its table), or -- ``wgmma``: an sm_90a target, a tile of
+    :func:`wgmma_tile` -- :class:`~tilus_tvm.schedules.matmul_sm90.MatmulWgmma`. Both take
+    ``(m, n, k, a, b, c)``. ``gated``: ``MatmulWgmma(gated=True)`` with ``WGMMA_CONFIG``
+    (``c = silu(a @ w[:n].T) * (a @ w[n:].T)``, w [2n, k])."""
     half = bfloat16 if "bfloat16" in str(dtype) else float16
     if gated and not (wgmma and b_layout == "col"):
         raise ScriptError("kernel_for: gated=True needs wgmma (an sm_90a target) and b_layout='col'")
-    if wgmma and (m >= WGMMA_MIN_ROWS or gated):
+    tile = WGMMA_CONFIG if gated else wgmma_tile(m, n, multiprocessors) if wgmma else None
+    if tile is not None:
         from tilus_tvm.schedules.matmul_sm90 import MatmulWgmma
 
-        key = ("wgmma", WGMMA_CONFIG, str(half), b_layout, gated)
+        key = ("wgmma", tile, str(half), b_layout, gated)
         if key not in _KERNELS:
-            _KERNELS[key] = MatmulWgmma(*WGMMA_CONFIG, dtype=half, b_layout=b_layout, gated=gated)
+            _KERNELS[key] = MatmulWgmma(*tile, dtype=half, b_layout=b_layout, gated=gated)
         return _KERNELS[key]
     table = HOPPER_CONFIGS if hopper else CONFIGS
     config = next(c for limit, c in table if limit is None or m <= limit)

@@ -51,6 +51,7 @@ ROUNDS = 3  # medians of 30 calls each; the best is reported
 WARM_SECONDS = 0.2  # the call replays this long before it is timed
 SPLIT_REDUCE = "serial"  # --split-reduce: how the table's split-K partial sums are added up
 WEIGHT_STAGES = 0  # --weight-stages: the decode rows' TMA ring of weights (0: none)
+NO_TMA_ACTIVATIONS = False  # --no-tma-activations: the wgmma rows' activations by cp.async
 # the table's wgmma rows (from 49 rows) exist on an sm_90a GPU only: quantized_matmul() picks them there
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
@@ -145,6 +146,7 @@ def config_text(config: Config) -> str:
     return (f"{config.warps}w {config.units_per_warp}u bm{config.block_m} s{config.split_k} p{config.prefetch}"
             + (" staged" if config.stage_activations else "")
             + (f" tma{config.weight_stages}" if config.weight_stages else "")
+            + (" cp.async-x" if config.warpgroup_mma and config.tma_activations is False else "")
             + (" +SplitKSum" if config.split_k > 1 and config.split_reduce == "kernel" else ""))
 
 
@@ -157,6 +159,8 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     chosen = config or replace(choose_config(m, w.packed.format, sms, wgmma=HOPPER), split_reduce=SPLIT_REDUCE)
     if config is None and WEIGHT_STAGES and not chosen.warpgroup_mma:
         chosen = replace(chosen, weight_stages=WEIGHT_STAGES)
+    if config is None and NO_TMA_ACTIVATIONS and chosen.warpgroup_mma:
+        chosen = replace(chosen, tma_activations=False)
     if tune:
         call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, tune=True)  # noqa: E731
     else:
@@ -271,13 +275,16 @@ def main():
     parser.add_argument("--weight-stages", type=int, default=0,
                         help="decode rows (the mma.sync table) load their weights through a TMA ring of this many "
                              "stages (Hopper; 0: straight to registers, the table's way)")
+    parser.add_argument("--no-tma-activations", action="store_true",
+                        help="the wgmma rows stage their activations with cp.async instead of TMA")
     parser.add_argument("--split-reduce", choices=["kernel", "serial"], default="serial",
                         help="split-K partial sums added in the kernel, in split order (semaphores; the default), "
                              "or by a second kernel")
     args = parser.parse_args()
-    global SPLIT_REDUCE, WEIGHT_STAGES
+    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS
     SPLIT_REDUCE = args.split_reduce
     WEIGHT_STAGES = args.weight_stages
+    NO_TMA_ACTIVATIONS = args.no_tma_activations
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     bandwidth = copy_bandwidth()

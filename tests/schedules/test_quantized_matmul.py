@@ -130,6 +130,19 @@ def test_decode_kernel_streams_weights_through_a_tma_ring():
         QuantizedMatmul(fmt, weight_stages=1)
 
 
+def test_wgmma_activations_by_tma():
+    """With warpgroup_mma the staged activations come by TMA (one barrier a stage) unless tma_activations=False;
+    TMA without wgmma is refused."""
+    fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
+    config = choose_config(128, fmt, wgmma=True)
+    _, compiled = compile_kernel(fmt, 128, config, target="sm_90a")
+    assert "cp.async.bulk.tensor.2d" in compiled.ptx and "cp.async.cg" not in compiled.ptx
+    _, compiled = compile_kernel(fmt, 128, replace(config, tma_activations=False), target="sm_90a")
+    assert "cp.async.bulk.tensor" not in compiled.ptx and "cp.async.cg" in compiled.ptx
+    with pytest.raises(ScriptError, match="tma_activations=True must be None"):
+        QuantizedMatmul(fmt, tma_activations=True)
+
+
 @pytest.mark.parametrize("name,group,m,zero_points,dtype", [
     ("int3b", 32, 5, True, torch.float16), ("float8_e4m3", None, 16, False, torch.bfloat16),
     ("float6_e3m2", 64, 96, False, torch.float16), ("uint2b", 128, 200, True, torch.bfloat16),

@@ -109,3 +109,11 @@ def test_weights_through_a_tma_ring(name, m, k, n, group, split, stages):
                     stage_activations=m > 8, stages=3)
     for seed in (0, 1):
         check(name, m, k, n, group, seed=seed, config=config)
+
+
+@pytest.mark.parametrize("name,m,tma", [("uint4b", 200, False), ("int3b", 130, None), ("float8_e4m3", 64, False)])
+def test_warpgroup_mma_activations_by_tma_or_cp_async(name, m, tma):
+    """The wgmma path's activations: TMA (tma_activations None: when aligned) or cp.async (False)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90a")
+    check(name, m, 512, 384, 64, config=Config(**{**WARPGROUP_MMA.__dict__, "tma_activations": tma}))

@@ -138,7 +138,8 @@ class QuantizedMatmul(tilus.Script):
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
                  units_per_warp: int = 2, block_m: int = 8, stage_activations: bool = False, stages: int = 2,
                  scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "serial",
-                 min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0):
+                 min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0,
+                 tma_activations: Optional[bool] = None):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -175,6 +176,11 @@ class QuantizedMatmul(tilus.Script):
             raise ScriptError(f"QuantizedMatmul: weight_stages={weight_stages!r} must be 0 (weights straight to "
                               f"registers) or 2 to 16 (a TMA ring in shared memory, sm_90)")
         self.weight_stages = weight_stages
+        if not (tma_activations is None or isinstance(tma_activations, bool)) or \
+                (tma_activations and not self.warpgroup_mma):
+            raise ScriptError(f"QuantizedMatmul: tma_activations={tma_activations!r} must be None (with warpgroup_mma, "
+                              f"when the activations are 16-byte aligned), True (warpgroup_mma only) or False")
+        self.tma_activations = tma_activations
         if self.warpgroup_mma:
             if warps % 4 or not stage_activations or not (scale_weights or fmt.per_channel):
                 raise ScriptError(f"QuantizedMatmul: warpgroup_mma needs whole warpgroups (warps={warps}), staged activations "
@@ -215,12 +221,25 @@ class QuantizedMatmul(tilus.Script):
         # wgmma reads the activations from shared memory in K-major rows of at most 128 bytes: a step's tile
         # is stored as kt / chunk tiles of chunk columns
         chunk = min(kt, 64) if self.warpgroup_mma else kt
+        tma_x = self.tma_activations
+        if tma_x is None:  # TMA loads the activations for wgmma when they are 16-byte aligned
+            tma_x = self.warpgroup_mma and self.aligned(a_ptr)
         if self.stage_activations:
             sx = self.shared_tensor(dtype=dtype, shape=[self.stages, kt // chunk, bm, chunk])
+            if tma_x:  # the whole activation (the tensor map is encoded before the launch), one barrier a stage
+                ga_tma = self.global_view(a_ptr, dtype=dtype, shape=[m_size, fmt.k])
+                xbars = self.shared_tensor(dtype=uint64, shape=[self.stages])
+                self.mbarrier_init(xbars, arrivals=kt // chunk)
             for s in range(self.stages - 1):
-                for h in list(range(kt // chunk)):
-                    self.copy_async(src=ga, dst=sx[s, h], offsets=[m0, (first + s) * kt + h * chunk])
-                self.copy_async_commit_group()
+                if tma_x:
+                    if s < steps:
+                        for h in list(range(kt // chunk)):
+                            self.tma_load(src=ga_tma, dst=sx[s, h], offsets=[m0, (first + s) * kt + h * chunk],
+                                          barrier=xbars[s])
+                else:
+                    for h in list(range(kt // chunk)):
+                        self.copy_async(src=ga, dst=sx[s, h], offsets=[m0, (first + s) * kt + h * chunk])
+                    self.copy_async_commit_group()
         # the weights of the next `prefetch` steps are in flight while a step computes: in registers, or with
         # weight_stages, in a ring of shared memory that TMA fills (one barrier a stage)
         ahead = []
@@ -262,7 +281,16 @@ class QuantizedMatmul(tilus.Script):
                 w_new = self.load_global(gw, offsets=[granule0, step + self.prefetch, 0, 0, 0],
                                          shape=list(words.shape), dims=[0, 2, 3, 4], layout=words)
                 w_now = ahead[0]
-            if self.stage_activations:
+            if self.stage_activations and tma_x:
+                # step i's activations have landed; step i - 1's stage is free (the sync that ends a step)
+                stage_ahead = i + self.stages - 1
+                if stage_ahead < steps:
+                    for h in list(range(kt // chunk)):
+                        self.tma_load(src=ga_tma, dst=sx[stage_ahead % self.stages, h],
+                                      offsets=[m0, (first + stage_ahead) * kt + h * chunk],
+                                      barrier=xbars[stage_ahead % self.stages])
+                self.mbarrier_wait(xbars[i % self.stages], i // self.stages % 2)
+            elif self.stage_activations:
                 stage_ahead = i + self.stages - 1
                 for h in list(range(kt // chunk)):
                     self.copy_async(src=ga, dst=sx[stage_ahead % self.stages, h],
@@ -379,6 +407,7 @@ class Config:
     min_blocks: int = 0
     warpgroup_mma: bool = False
     weight_stages: int = 0
+    tma_activations: Optional[bool] = None
 
 
 # (the largest batch served, the weight widths in bits served or None for all, the configuration): the first

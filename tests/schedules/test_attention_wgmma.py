@@ -35,8 +35,6 @@ def test_bad_configurations_are_refused():
         FlashAttentionWgmma(head_dim=96)
     with pytest.raises(ScriptError, match="overlap needs stages >= 3"):
         FlashAttentionWgmma(stages=2, overlap=True)
-    with pytest.raises(ScriptError, match="does not take tma=True"):
-        FlashAttentionWgmma(stages=3, overlap=True, tma=True)
     with pytest.raises(ScriptError, match="tma must be None"):
         FlashAttentionWgmma(tma=1)
 
@@ -61,7 +59,8 @@ def _reference(q, k, v, causal):
 @pytest.mark.gpu
 @pytest.mark.parametrize("head_dim, block_q, block_kv, stages, overlap, tma", [
     (128, 128, 128, 3, True, None), (128, 128, 64, 4, True, None), (64, 64, 128, 3, True, None),
-    (128, 128, 128, 2, False, None), (128, 128, 128, 2, False, False), (64, 192, 64, 3, False, True)])
+    (128, 128, 128, 2, False, None), (128, 128, 128, 2, False, False), (64, 192, 64, 3, False, True),
+    (128, 128, 128, 3, True, False)])
 @pytest.mark.parametrize("seq_q, seq_k", [(512, 512), (300, 517), (1, 77), (129, 1000)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_matches_sdpa(head_dim, block_q, block_kv, stages, overlap, tma, seq_q, seq_k, causal):

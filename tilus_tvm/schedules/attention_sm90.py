@@ -11,18 +11,22 @@ The same computation, arguments and layouts as :class:`~tilus_tvm.schedules.atte
                          [head_dim / 64, block_kv, 64] chunks
 
 Each warpgroup (4 warps) owns 64 query rows; ``block_q / 64`` warpgroups share the k and v tiles,
-which stream through a ``stages``-deep ``cp.async`` ring. By default both products are waited for
-before the softmax reads their results, so the tensor cores idle while it runs.
+which stream through a ``stages``-deep ring (TMA or ``cp.async``, below). By default both products
+are waited for before the softmax reads their results, so the tensor cores idle while it runs.
 
 ``overlap=True`` (``stages >= 3``) issues the next tile's scores before this tile's softmax, and
 waits for a tile's ``p @ v`` only before the next rescale, so each warpgroup keeps one ``wgmma``
 group in flight while its CUDA cores work (FlashAttention-3's intra-warpgroup pipelining; the
 fences and waits pin only the accumulators not in flight, else ptxas serializes every ``wgmma``).
-It is correct but measured slower on an H200 (359-402 against 413-459 TFLOP/s at 2K-4K keys):
-both warpgroups reach the tensor cores in the same phase, the ring needs a second barrier an
-iteration, and the scores are copied from one register tile to the other. FlashAttention-3 also
-staggers its warpgroups (named barriers) and loads with TMA from a producer warp, which this
-kernel does not do.
+It is correct but measured slower on an H200: with ``cp.async``, 359-402 against 413-459 TFLOP/s at
+2K-4K keys; with TMA, 296-410 against 409-537 (3 stages against 2, causal and not): both warpgroups
+reach the tensor cores in the same phase, the ring needs a second barrier an iteration, and the
+scores are copied from one register tile to the other. FlashAttention-3 also staggers its
+warpgroups (named barriers) and loads from a producer warp, which this kernel does not do.
+
+Tiles come by TMA (``tma=None``: when q, k and v are 16-byte aligned; one barrier a ring stage, no
+load past the last tile), else by ``cp.async``. TMA took the default form from 413-459 to 497-541
+TFLOP/s (non-causal, 2K-4K keys, H200).
 
     kernel = FlashAttentionWgmma(head_dim=128, block_q=128, block_kv=128, stages=2, causal=True)
     kernel(batch * heads, seq_q, seq_k, scale * LOG2E, q, k, v, o)
@@ -61,8 +65,6 @@ class FlashAttentionWgmma(FlashAttention):
         if not (tma is None or isinstance(tma, bool)):
             raise ScriptError(f"FlashAttentionWgmma: tma must be None (when the operands allow it), True or False, "
                               f"got {tma!r}")
-        if tma and overlap:
-            raise ScriptError("FlashAttentionWgmma: overlap=True loads with cp.async; it does not take tma=True")
         super().__init__(head_dim, block_q, block_kv, block_q // 16, stages, head_dim, causal, dtype, True, heads,
                          packed_qkv)
         self.overlap = bool(overlap)
@@ -85,7 +87,7 @@ class FlashAttentionWgmma(FlashAttention):
             num_kv = min(num_kv, self.utils.ceil_div(q0 + bq, bkv))
         tma = self.tma
         if tma is None:  # TMA reads 16-byte aligned tensors (their rows are: head_dim is 64 or 128)
-            tma = not self.overlap and self.aligned(q_ptr) and self.aligned(k_ptr) and self.aligned(v_ptr)
+            tma = self.aligned(q_ptr) and self.aligned(k_ptr) and self.aligned(v_ptr)
         if tma:
             # one barrier a stage of the ring (2 loads a chunk: k and v) and one for q
             bars = self.shared_tensor(dtype=uint64, shape=[stages])
@@ -113,8 +115,11 @@ class FlashAttentionWgmma(FlashAttention):
         query_ids = self.register_tensor(dtype=int32, shape=[bq, 1], init=lambda row, col: row)
         s_cur = self.register_tensor(dtype=float32, shape=[bq, bkv], init=0.0)
         if self.overlap:  # the scores of tile 0 before the loop; the loop computes tile j + 1's
-            self.copy_async_wait_group(stages - 2)
-            self.fence_proxy_async()
+            if tma:
+                self.mbarrier_wait(bars[0], 0)
+            else:
+                self.copy_async_wait_group(stages - 2)
+                self.fence_proxy_async()
             self.sync()
             self.wgmma_fence(pin=[s_cur])
             self.scores(sq, sk, 0, s_cur)
@@ -124,8 +129,12 @@ class FlashAttentionWgmma(FlashAttention):
             stage = j % stages
             if self.overlap:
                 # tile j + 1 has landed (its group is the newest), visible to wgmma, for every warpgroup
-                self.copy_async_wait_group(stages - 3)
-                self.fence_proxy_async()
+                if tma:
+                    if j + 1 < num_kv:  # (no tile is loaded past the last; its scores are dropped)
+                        self.mbarrier_wait(bars[(j + 1) % stages], (j + 1) // stages % 2)
+                else:
+                    self.copy_async_wait_group(stages - 3)
+                    self.fence_proxy_async()
                 self.sync()
                 # the next tile's scores run on the tensor cores while this tile's softmax runs (past the
                 # last tile they read a zero-filled or unused stage, and are dropped)
@@ -181,8 +190,12 @@ class FlashAttentionWgmma(FlashAttention):
             if self.overlap:
                 # every warpgroup is past tile j - 1's p @ v: its stage takes tile j - 1 + stages
                 self.sync()
-                self.copy_kv(gk, gv, sk, sv, bh, (j + stages - 1) % stages, j + stages - 1)
-                self.copy_async_commit_group()
+                if tma:
+                    if j + stages - 1 < num_kv:
+                        self.load_kv_tma(gk, gv, sk, sv, bh, (j + stages - 1) % stages, j + stages - 1, bars)
+                else:
+                    self.copy_kv(gk, gv, sk, sv, bh, (j + stages - 1) % stages, j + stages - 1)
+                    self.copy_async_commit_group()
                 self.wgmma_wait_group(1, pin=[s_next])  # the next tile's scores are done (p @ v may still run)
                 self.assign(s_cur, s_next)
             else:

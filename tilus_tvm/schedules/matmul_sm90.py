@@ -123,7 +123,7 @@ class MatmulWgmma(tilus.Script):
             # the wgmma of tile k and waited for that of tile k - 1 (sync), thread 0 refills tile k - 1's
             # stage with tile k + stages - 1. (Inline: the frontend parses __call__'s loops only.)
             bars = self.shared_tensor(dtype=uint64, shape=[stages])
-            self.mbarrier_init(bars, arrivals=1 + (2 if self.gated else 1 if col else bn // 64))  # one a tma_load
+            self.mbarrier_init(bars, arrivals=1 + len(self.b_tiles(gb, sb, 0, 0, 0)))  # one a tma_load
             for s in range(min(stages - 1, num_k)):
                 self.load_tiles_tma(ga, gb, sa, sb, bars, s, offset_m, offset_n)
             refilling = max(num_k - (stages - 1), 0)
@@ -172,26 +172,22 @@ class MatmulWgmma(tilus.Script):
         """TMA loads of tile ``tile``'s a and b into stage ``tile % stages``, signalled on its barrier."""
         stage, k0 = tile % self.stages, tile * self.block_k
         self.tma_load(src=ga, dst=sa[stage], offsets=[offset_m, k0], barrier=bars[stage])
-        if self.gated:  # the gate rows' tile over the up rows' tile
-            half = self.block_n // 2
-            self.tma_load(src=gb, dst=sb[stage, 0:half], offsets=[offset_n, k0], barrier=bars[stage])
-            self.tma_load(src=gb, dst=sb[stage, half:self.block_n], offsets=[gb.shape[0] // 2 + offset_n, k0],
-                          barrier=bars[stage])
-        elif self.b_layout == "col":
-            self.tma_load(src=gb, dst=sb[stage], offsets=[offset_n, k0], barrier=bars[stage])
-        else:
-            for chunk in list(range(self.block_n // 64)):
-                self.tma_load(src=gb, dst=sb[stage, chunk], offsets=[k0, offset_n + chunk * 64],
-                              barrier=bars[stage])
+        for dst, offsets in self.b_tiles(gb, sb, stage, k0, offset_n):
+            self.tma_load(src=gb, dst=dst, offsets=offsets, barrier=bars[stage])
 
     def copy_b(self, gb, sb, stage, k0, offset_n):
-        """cp.async of b's tile for k0 into ``sb[stage]``: one [bn, bk] tile, or bn / 64 [bk, 64] chunks."""
-        if self.gated:  # the gate rows' tile over the up rows' tile
+        """cp.async of b's tile for k0 into ``sb[stage]`` (:meth:`b_tiles`)."""
+        for dst, offsets in self.b_tiles(gb, sb, stage, k0, offset_n):
+            self.copy_async(src=gb, dst=dst, offsets=offsets)
+
+    def b_tiles(self, gb, sb, stage, k0, offset_n) -> list:
+        """``(shared destination, offsets in gb)`` of each copy that brings b's tile for k0 into ``sb[stage]``:
+        one [bn, bk] tile; gated, the gate rows' [bn / 2, bk] tile over the up rows'; row-major b, bn / 64
+        [bk, 64] chunks."""
+        if self.gated:
             half = self.block_n // 2
-            self.copy_async(src=gb, dst=sb[stage, 0:half], offsets=[offset_n, k0])
-            self.copy_async(src=gb, dst=sb[stage, half:self.block_n], offsets=[gb.shape[0] // 2 + offset_n, k0])
-        elif self.b_layout == "col":
-            self.copy_async(src=gb, dst=sb[stage], offsets=[offset_n, k0])
-        else:
-            for chunk in list(range(self.block_n // 64)):
-                self.copy_async(src=gb, dst=sb[stage, chunk], offsets=[k0, offset_n + chunk * 64])
+            return [(sb[stage, 0:half], [offset_n, k0]),
+                    (sb[stage, half:self.block_n], [gb.shape[0] // 2 + offset_n, k0])]
+        if self.b_layout == "col":
+            return [(sb[stage], [offset_n, k0])]
+        return [(sb[stage, chunk], [k0, offset_n + chunk * 64]) for chunk in range(self.block_n // 64)]

@@ -233,12 +233,9 @@ class QuantizedMatmul(tilus.Script):
             for s in range(self.stages - 1):
                 if tma_x:
                     if s < steps:
-                        for h in list(range(kt // chunk)):
-                            self.tma_load(src=ga_tma, dst=sx[s, h], offsets=[m0, (first + s) * kt + h * chunk],
-                                          barrier=xbars[s])
+                        self.stage_activation_tile(ga_tma, sx, s, m0, first + s, chunk, xbars[s])
                 else:
-                    for h in list(range(kt // chunk)):
-                        self.copy_async(src=ga, dst=sx[s, h], offsets=[m0, (first + s) * kt + h * chunk])
+                    self.stage_activation_tile(ga, sx, s, m0, first + s, chunk)
                     self.copy_async_commit_group()
         # the weights of the next `prefetch` steps are in flight while a step computes: in registers, or with
         # weight_stages, in a ring of shared memory that TMA fills (one barrier a stage)
@@ -285,16 +282,12 @@ class QuantizedMatmul(tilus.Script):
                 # step i's activations have landed; step i - 1's stage is free (the sync that ends a step)
                 stage_ahead = i + self.stages - 1
                 if stage_ahead < steps:
-                    for h in list(range(kt // chunk)):
-                        self.tma_load(src=ga_tma, dst=sx[stage_ahead % self.stages, h],
-                                      offsets=[m0, (first + stage_ahead) * kt + h * chunk],
-                                      barrier=xbars[stage_ahead % self.stages])
+                    self.stage_activation_tile(ga_tma, sx, stage_ahead % self.stages, m0, first + stage_ahead, chunk,
+                                               xbars[stage_ahead % self.stages])
                 self.mbarrier_wait(xbars[i % self.stages], i // self.stages % 2)
             elif self.stage_activations:
                 stage_ahead = i + self.stages - 1
-                for h in list(range(kt // chunk)):
-                    self.copy_async(src=ga, dst=sx[stage_ahead % self.stages, h],
-                                    offsets=[m0, (first + stage_ahead) * kt + h * chunk])
+                self.stage_activation_tile(ga, sx, stage_ahead % self.stages, m0, first + stage_ahead, chunk)
                 self.copy_async_commit_group()
                 self.copy_async_wait_group(self.stages - 1)
                 if self.warpgroup_mma:
@@ -369,6 +362,17 @@ class QuantizedMatmul(tilus.Script):
             gws = self.global_view(ws_ptr, dtype=float32, shape=[splits, fmt.n, m_size],
                                    strides=[m_size * fmt.n, 1, fmt.n])
             self.store_global(gws, acc, offsets=[self.blockIdx.z, n0, m0], dims=[1, 2])
+
+    def stage_activation_tile(self, ga, sx, stage, m0, step, chunk, barrier=None):
+        """The activations of k-step ``step`` (rows from ``m0``) into ``sx[stage]``, ``chunk`` columns a tile:
+        by TMA signalling ``barrier``, or (None) by ``cp.async``."""
+        kt = self.fmt.kt
+        for h in list(range(kt // chunk)):
+            offsets = [m0, step * kt + h * chunk]
+            if barrier is None:
+                self.copy_async(src=ga, dst=sx[stage, h], offsets=offsets)
+            else:
+                self.tma_load(src=ga, dst=sx[stage, h], offsets=offsets, barrier=barrier)
 
 
 class SplitKSum(tilus.Script):

@@ -69,7 +69,8 @@ class CodegenContext:
         self.flat_views: dict[str, tirx.Buffer] = {}  # pointer name -> 1-D alias (vector accesses)
         self.subview_flats: dict[int, tirx.Buffer] = {}  # sub-view -> 1-D alias from its base
         self.strided_views = False  # a global view with non-row-major strides was declared
-        self.tensor_maps: dict[tuple, tirx.Var] = {}  # TMA tensor maps encoded on the host (instructions/tma.py)
+        # id(TmaLoad) -> (its tensor map, encoded on the host; its swizzle mode) (instructions/tma.py)
+        self.tensor_maps: dict[int, tuple] = {}
 
     def flat_view(self, tensor: GlobalTensor) -> tirx.Buffer:
         """A 1-D buffer over a global view's memory, for accesses at a linear element offset

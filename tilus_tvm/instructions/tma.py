@@ -32,6 +32,7 @@ from tilus_tvm.intrin import tma as ptx
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.stmt import Function, instructions
 from tilus_tvm.ir.tensor import SharedTensor
+from tilus_tvm.passes.kernel_abi import uses_only
 from tilus_tvm.layout.shared import SharedLayout, shared_row_major
 from tilus_tvm.layout.swizzle import Swizzle
 
@@ -125,15 +126,11 @@ def _check_src(inst: ir.TmaLoad) -> None:
 
 def _check_host_computable(inst: ir.TmaLoad, func: Function) -> None:
     """The tensor map is encoded before the launch: ``src``'s extents and strides may use the kernel's
-    run-time parameters (and the extents of its tensors), not values computed inside the kernel."""
-    allowed = [p.var for p in func.params if p.kind == "scalar"]
-    allowed += [v for p in func.params if p.kind == "pointer"
-                for extent in p.buffer.shape for v in tirx.analysis.undefined_vars(extent)]
+    run-time parameters, not values computed inside the kernel."""
+    scalars = [p.var for p in func.params if p.kind == "scalar"]
     for value in [*inst.src.shape, *inst.src.strides]:
-        if isinstance(value, int):
-            continue
-        inside = [v.name for v in tirx.analysis.undefined_vars(value) if not any(v.same_as(a) for a in allowed)]
-        if inside:
+        if not uses_only(value, scalars):
+            inside = [v.name for v in tirx.analysis.undefined_vars(value) if not uses_only(v, scalars)]
             raise CompileError(f"tma_load: src {inst.src.describe()} has an extent or stride ({value}) computed "
                                f"inside the kernel (from {', '.join(sorted(set(inside)))}); TMA's tensor map is "
                                f"encoded before the launch, from the kernel's parameters only")
@@ -147,13 +144,11 @@ def _box(inst: ir.TmaLoad) -> tuple[int, ...]:
     return tuple(box)
 
 
-def _key(inst: ir.TmaLoad) -> tuple:
-    return (id(inst.src), _box(inst), _swizzle_mode(inst))
-
-
 def encode_tensor_maps(func: Function, ctx: CodegenContext) -> None:
     """Encode on the host, before the launch, one tensor map per distinct (src, box, swizzle) of the
-    kernel's ``TmaLoad`` instructions (module docstring); ``ctx.tensor_maps`` maps each key to its var."""
+    kernel's ``TmaLoad`` instructions (module docstring); ``ctx.tensor_maps`` gives each instruction its
+    map's var and swizzle mode."""
+    encoded: dict[tuple, tirx.Var] = {}
     for inst in instructions(func.body):
         if not isinstance(inst, ir.TmaLoad):
             continue
@@ -162,24 +157,27 @@ def encode_tensor_maps(func: Function, ctx: CodegenContext) -> None:
         if not func.aligned(inst.src.pointer):
             raise CompileError(f"tma_load: src {inst.src.describe()} starts at an address that is not known to be "
                                f"16-byte aligned; TMA needs it (pass a tensor whose data pointer is)")
-        key = _key(inst)
-        if key in ctx.tensor_maps:
-            continue
-        src = inst.src
-        tensor_map = tirx.Var(f"{src.name}_tensormap_{len(ctx.tensor_maps)}",
-                              ty=tvm.ir.PointerType(TensorMapType()))
-        Tb.bind(tirx.tvm_stack_alloca("tensormap", 1), var=tensor_map)
-        wide = [tirx.Cast("int64", v) if not isinstance(v, int) else tirx.const(v, "int64") for v in src.shape]
-        element_bytes = src.dtype.nbits // 8
-        strides = [tirx.Cast("int64", s) * element_bytes if not isinstance(s, int) else tirx.const(s * element_bytes, "int64")
-                   for s in src.strides]
-        rank = len(src.shape)
-        box = _box(inst)
-        Tb.evaluate(tirx.tensormap_encode_tiled(
-            tensor_map, ctx.pointer_flat(src.pointer).data, *reversed(wide), *reversed(strides[:-1]),
-            *[tirx.const(b, "int64") for b in reversed(box)], *[tirx.const(1, "int64")] * rank,
-            descriptor_dtype=src.dtype.name, rank=rank, swizzle=key[2], l2_promotion=L2_PROMOTION_128B))
-        ctx.tensor_maps[key] = tensor_map
+        swizzle, box = _swizzle_mode(inst), _box(inst)
+        key = (id(inst.src), box, swizzle)
+        if key not in encoded:
+            encoded[key] = _encode(ctx, inst.src, box, swizzle, len(encoded))
+        ctx.tensor_maps[id(inst)] = (encoded[key], swizzle)
+
+
+def _encode(ctx: CodegenContext, src, box: tuple[int, ...], swizzle: int, number: int) -> tirx.Var:
+    """The host statements that encode ``src``'s tensor map for ``box`` and ``swizzle``; its var."""
+    tensor_map = tirx.Var(f"{src.name}_tensormap_{number}", ty=tvm.ir.PointerType(TensorMapType()))
+    Tb.bind(tirx.tvm_stack_alloca("tensormap", 1), var=tensor_map)
+    wide = [tirx.Cast("int64", v) if not isinstance(v, int) else tirx.const(v, "int64") for v in src.shape]
+    element_bytes = src.dtype.nbits // 8
+    strides = [tirx.Cast("int64", s) * element_bytes if not isinstance(s, int) else tirx.const(s * element_bytes, "int64")
+               for s in src.strides]
+    rank = len(src.shape)
+    Tb.evaluate(tirx.tensormap_encode_tiled(
+        tensor_map, ctx.pointer_flat(src.pointer).data, *reversed(wide), *reversed(strides[:-1]),
+        *[tirx.const(b, "int64") for b in reversed(box)], *[tirx.const(1, "int64")] * rank,
+        descriptor_dtype=src.dtype.name, rank=rank, swizzle=swizzle, l2_promotion=L2_PROMOTION_128B))
+    return tensor_map
 
 
 def _shared_address(ctx: CodegenContext, tensor: SharedTensor) -> Any:
@@ -189,11 +187,11 @@ def _shared_address(ctx: CodegenContext, tensor: SharedTensor) -> Any:
 
 
 def emit_tma_load(ctx: CodegenContext, inst: ir.TmaLoad) -> None:
-    tensor_map = ctx.tensor_maps[_key(inst)]
+    tensor_map, swizzle = ctx.tensor_maps[id(inst)]
     dst = inst.dst
     buffer, offset = ctx.shared_element(dst, [0] * len(dst.shape))
     byte_offset = offset * (dst.dtype.nbits // 8)
-    alignment = 1024 if _swizzle_mode(inst) else 128
+    alignment = 1024 if swizzle else 128
     pool_offset = ctx.plan.offset_of(dst.root) + byte_offset if isinstance(byte_offset, int) else None
     if not _divisible(ctx.plan.offset_of(dst.root), alignment) or not _divisible(byte_offset, alignment):
         raise CompileError(f"tma_load: dst {dst.describe()} does not start on a multiple of {alignment} bytes of "

@@ -139,7 +139,8 @@ def _same(a: Any, b: Any) -> bool:
     return bool(tvm_ffi.structural_equal(a, b))
 
 
-def _uses_only(expr: Any, allowed: list) -> bool:
+def uses_only(expr: Any, allowed: list) -> bool:
+    """Whether ``expr`` (an int or an expression) has no variables but those of ``allowed``."""
     if isinstance(expr, int):
         return True
     from tvm import tirx
@@ -155,7 +156,7 @@ def _common_shape(views: list, scalar_vars: list) -> Optional[tuple]:
     for view in views[1:]:
         if len(view.shape) != len(shape) or not all(_same(a, b) for a, b in zip(view.shape, shape)):
             return None
-    if not all(_uses_only(s, scalar_vars) for s in shape):
+    if not all(uses_only(s, scalar_vars) for s in shape):
         return None
     return shape
 
@@ -188,9 +189,9 @@ def _of_scalars(func: Function, value: Any, scalar_vars: list, problem: Callable
     ``problem(names of the other variables)``."""
     from tvm import tirx
 
-    if not _uses_only(value, scalar_vars):
+    if not uses_only(value, scalar_vars):
         value = func.analyzer().simplify(value)
-    if not _uses_only(value, scalar_vars):
+    if not uses_only(value, scalar_vars):
         unknown = sorted({v.name for v in tirx.analysis.undefined_vars(value)
                           if not any(v.same_as(a) for a in scalar_vars)})
         raise CompileError(f"kernel {func.name}: {problem(', '.join(unknown))}")

@@ -99,14 +99,14 @@ class FlashAttentionWgmma(FlashAttention):
                 self.tma_load(src=gq, dst=sq[qc], offsets=q_at, dims=q_dims, barrier=q_bar[0])
             for s in range(stages - 1):  # prologue: the first stages - 1 k/v tiles that exist
                 if s < num_kv:
-                    self.load_kv_tma(gk, gv, sk, sv, bh, s, s, bars)
+                    self.load_kv(gk, gv, sk, sv, bh, s, s, bars)
             self.mbarrier_wait(q_bar[0], 0)
         else:
             for qc in list(range(chunks)):
                 q_at, q_dims = self.tile(bh, 0, q0, qc * CHUNK)
                 self.copy_async(src=gq, dst=sq[qc], offsets=q_at, dims=q_dims)
             for s in range(stages - 1):  # prologue: the first stages - 1 k/v tiles in flight (q joins group 0)
-                self.copy_kv(gk, gv, sk, sv, bh, s, s)
+                self.load_kv(gk, gv, sk, sv, bh, s, s)
                 self.copy_async_commit_group()
         m = self.register_tensor(dtype=float32, shape=[bq, 1], init=M_INIT)
         l = self.register_tensor(dtype=float32, shape=[bq, 1], init=0.0)
@@ -148,13 +148,13 @@ class FlashAttentionWgmma(FlashAttention):
                 self.sync()  # every warpgroup is done with tile j - 1's stage
                 ahead = j + stages - 1  # refill the stage tile j - 1 used, if a tile is left (no load may
                 if ahead < num_kv:  # still be in flight when the block exits)
-                    self.load_kv_tma(gk, gv, sk, sv, bh, ahead % stages, ahead, bars)
+                    self.load_kv(gk, gv, sk, sv, bh, ahead % stages, ahead, bars)
             else:
                 self.copy_async_wait_group(stages - 2)  # tile j has landed ...
                 self.fence_proxy_async()  # ... visible to wgmma ...
                 self.sync()  # ... and every warpgroup is done with tile j - 1's stage
                 ahead = j + stages - 1  # refill the stage tile j - 1 used (zero-filled past the keys)
-                self.copy_kv(gk, gv, sk, sv, bh, ahead % stages, ahead)
+                self.load_kv(gk, gv, sk, sv, bh, ahead % stages, ahead)
                 self.copy_async_commit_group()
             if not self.overlap:
                 s_cur = self.register_tensor(dtype=float32, shape=[bq, bkv], init=0.0)
@@ -192,9 +192,9 @@ class FlashAttentionWgmma(FlashAttention):
                 self.sync()
                 if tma:
                     if j + stages - 1 < num_kv:
-                        self.load_kv_tma(gk, gv, sk, sv, bh, (j + stages - 1) % stages, j + stages - 1, bars)
+                        self.load_kv(gk, gv, sk, sv, bh, (j + stages - 1) % stages, j + stages - 1, bars)
                 else:
-                    self.copy_kv(gk, gv, sk, sv, bh, (j + stages - 1) % stages, j + stages - 1)
+                    self.load_kv(gk, gv, sk, sv, bh, (j + stages - 1) % stages, j + stages - 1)
                     self.copy_async_commit_group()
                 self.wgmma_wait_group(1, pin=[s_next])  # the next tile's scores are done (p @ v may still run)
                 self.assign(s_cur, s_next)
@@ -213,19 +213,13 @@ class FlashAttentionWgmma(FlashAttention):
         for c in list(range(self.head_dim // CHUNK)):
             self.wgmma(sq[c], sk[stage, c].transpose(), s)
 
-    def load_kv_tma(self, gk, gv, sk, sv, bh, stage: Any, tile: Any, bars):
-        """TMA loads of key/value tile ``tile`` into ``stage`` of the rings, chunk by chunk, signalled on the
-        stage's barrier (zero-filled past the keys)."""
+    def load_kv(self, gk, gv, sk, sv, bh, stage: Any, tile: Any, bars=None):
+        """Key/value tile ``tile`` into ``stage`` of the rings, chunk by chunk (zero-filled past the keys): by TMA
+        signalling the stage's barrier of ``bars``, or (None) by ``cp.async``."""
         for c in list(range(self.head_dim // CHUNK)):
-            k_at, k_dims = self.tile(bh, 1, tile * self.block_kv, c * CHUNK)
-            self.tma_load(src=gk, dst=sk[stage, c], offsets=k_at, dims=k_dims, barrier=bars[stage])
-            v_at, v_dims = self.tile(bh, 2, tile * self.block_kv, c * CHUNK)
-            self.tma_load(src=gv, dst=sv[stage, c], offsets=v_at, dims=v_dims, barrier=bars[stage])
-
-    def copy_kv(self, gk, gv, sk, sv, bh, stage: Any, tile: Any):
-        """cp.async of key/value tile ``tile`` into ``stage`` of the rings, chunk by chunk."""
-        for c in list(range(self.head_dim // CHUNK)):
-            k_at, k_dims = self.tile(bh, 1, tile * self.block_kv, c * CHUNK)
-            self.copy_async(src=gk, dst=sk[stage, c], offsets=k_at, dims=k_dims)
-            v_at, v_dims = self.tile(bh, 2, tile * self.block_kv, c * CHUNK)
-            self.copy_async(src=gv, dst=sv[stage, c], offsets=v_at, dims=v_dims)
+            for operand, src, ring in ((1, gk, sk), (2, gv, sv)):
+                at, dims = self.tile(bh, operand, tile * self.block_kv, c * CHUNK)
+                if bars is None:
+                    self.copy_async(src=src, dst=ring[stage, c], offsets=at, dims=dims)
+                else:
+                    self.tma_load(src=src, dst=ring[stage, c], offsets=at, dims=dims, barrier=bars[stage])

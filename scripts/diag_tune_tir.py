@@ -84,6 +84,7 @@ def main() -> None:
         expected = a.float() @ b.float()
         cublas = benchmark_func(lambda: torch.matmul(a, b, out=c16))
         print(f"{torch.cuda.get_device_name()}: cuBLAS {cublas:.4f} ms, {2 * SIZE ** 3 / cublas * 1e-9:.1f} TFLOP/s")
+    print(f"# goal (issue 13): tune_tir >= 0.5x cuBLAS at {SIZE}^3; these points bound what its space holds")
     print(f"{'point':<50} {'ms':>8} {'TFLOP/s':>8} {'vs cuBLAS':>9}   ({options.stages} stages, {options.store} out)")
     for name, mod, target in schedules(options.stages, options.store):
         if mod is None:

@@ -142,6 +142,31 @@ def test_errors():
     with pytest.raises(ScriptError, match="arrivals must be a compile-time int"):
         WideBox().compile(x, target="sm_90")
 
+    class Misused(tilus.Script):
+        def __init__(self, case: str):
+            super().__init__()
+            self.case = case
+
+        def __call__(self, x_ptr: ~float16):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            gx = self.global_view(x_ptr, dtype=float16, shape=[512, 64])
+            bars = self.shared_tensor(dtype=uint64, shape=[1])
+            self.mbarrier_init(bars, arrivals=1)
+            if self.case == "box":
+                tile = self.shared_tensor(dtype=float16, shape=[512, 64])
+                self.tma_load(src=gx, dst=tile, offsets=[0, 0], barrier=bars[0])
+            elif self.case == "phase":
+                self.mbarrier_wait(bars[0], 2)
+            else:
+                self.aligned(gx)
+
+    for case, message in (("box", "TMA copies boxes of at most 256 along each dimension"),
+                          ("phase", "phase must be 0 or 1"),
+                          ("aligned", "aligned: expected a pointer parameter")):
+        with pytest.raises(ScriptError, match=message):
+            Misused(case).compile(torch.zeros(512, 64, dtype=torch.float16), target="sm_90")
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n", [(64, 64), (100, 192), (130, 70 * 8)])
@@ -170,8 +195,12 @@ def test_matmul_tma_matches_torch(config, b_layout, dtype, m, n, k):
 
 
 def test_gated_configurations():
+    from tilus_tvm.schedules.matmul import kernel_for
+
     with pytest.raises(ScriptError, match="gated=True takes b_layout='col'"):
         MatmulWgmma(b_layout="row", gated=True)
+    with pytest.raises(ScriptError, match="gated=True needs wgmma"):
+        kernel_for(1024, torch.float16, "col", True, wgmma=False, gated=True)
     z = torch.zeros(256, 256, dtype=torch.float16)
     code = MatmulWgmma(128, 256, 64, 4, gated=True).compile(256, 128, 256, z, z, z[:, :128].contiguous(),
                                                              target="sm_90a").ptx

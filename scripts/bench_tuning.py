@@ -432,7 +432,7 @@ def main() -> None:
     parser.add_argument("--tir-size", type=int, default=4096)
     parser.add_argument("--tir-trials", type=int, default=64)
     parser.add_argument("--tir-no-pipeline", action="store_true", help="tune_tir without the rule's software pipeline")
-    parser.add_argument("--tir-stages", default="3", help="comma-separated cp.async pipeline depths, one tuning each")
+    parser.add_argument("--tir-stages", default="4", help="comma-separated cp.async pipeline depths, one tuning each")
     parser.add_argument("--cost-trials", type=int, default=48, help="max_trials of the cost-model part")
     parser.add_argument("--budget-s", type=float, default=510.0, help="skip what would not finish by then")
     parser.add_argument("--cache-dir", default=None, help="default: a fresh temporary directory")

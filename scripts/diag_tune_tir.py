@@ -2,7 +2,7 @@
 schedules are, apart from how well the search finds them.
 
     python scripts/diag_tune_tir.py                        # build each point (no GPU needed)
-    python scripts/diag_tune_tir.py --gpu --stages 4 --store float16
+    python scripts/diag_tune_tir.py --gpu --stages 3 --store float16
 
 Each point fixes the decisions of the sketch MetaSchedule's ``MultiLevelTilingTensorCore`` makes for a
 4096^3 f16 matmul (``tilus_tvm.tune.tir.space``): the five-level tiles of i (16-row mma atoms) and j
@@ -12,9 +12,11 @@ step. They are the tilings the hand-written ``Matmul`` uses (64x64 warp tiles, 1
 blocks, k tiles of 32) and neighbours of them. ``--store float16`` times the matmul whose float32
 sums are stored as float16 (cuBLAS's output type) instead of float32.
 
-Measured on an H200 (cuBLAS 759-765 TFLOP/s): 327-362 TFLOP/s (0.43-0.48x) for every point, float32
-or float16 output, 3 or 4 stages; the search (``bench_tuning.py --part tir``, 64 trials) found
-0.31-0.43x. The hand-written ``mma.sync`` ``Matmul`` reaches 452.
+Measured on an H200 (cuBLAS 758-766 TFLOP/s), float32 output: with 4 stages and
+``refill_after_wait`` (the defaults) 384-395 TFLOP/s (0.49-0.52x) for every point but 128x128
+(328, 0.43x); with two barriers a k-step (``--no-refill``) 327-354
+(0.43-0.47x). The search (``bench_tuning.py --part tir``, 64 trials) found 0.51x. The hand-written
+``mma.sync`` ``Matmul`` reaches 452-456.
 """
 import argparse
 import pathlib
@@ -28,7 +30,6 @@ from tests.intrin.matmul import te_matmul  # noqa: E402
 from tilus_tvm.tune import tir  # noqa: E402
 
 SIZE = 4096
-UNROLL = (0, 16, 32, 64, 128, 256, 512, 1024)  # the sketch's unroll candidates
 # name: (i tiles, j tiles, k tiles, elements a copy moves (4 or 8), unroll step)
 POINTS = {
     "128x256, 2x4 warps of 64x64, k 32, unroll 0": ([32, 1, 2, 1, 4], [1, 16, 4, 2, 4], [128, 2, 1], 8, 0),
@@ -40,37 +41,23 @@ POINTS = {
 }
 
 
-def schedules(stages: int = 3, store: str = "float32"):
+def schedules(stages: int = 4, store: str = "float32"):
     """(name, scheduled IRModule or None when the postprocessors reject it, target) for each point."""
     func = te_matmul(SIZE, SIZE, SIZE, "float16", "float32", None if store == "float32" else store)
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     target = tir.tuning_target("sm_90")
     context = ms.TuneContext(mod=mod, target=target, space_generator=tir.space(("float16",), True, stages),
                              task_name="mm", num_threads=1)
-    (sketch,) = context.generate_design_space()
-    trace = sketch.trace.simplified(remove_postproc=True)
-    samples = [inst for inst in trace.insts if inst.kind.name in ("SamplePerfectTile", "SampleCategorical")]
-    # the order the rule samples in: i, j and k tiles; the epilogue's vector, a's and b's copy vectors; unroll
-    tiles, (_, copy_a, copy_b, unroll) = samples[:3], samples[3:]
     for name, (ti, tj, tk, vector, step) in POINTS.items():
-        decided = trace
-        choices = list(zip(tiles, [ti, tj, tk]))
-        for inst in (copy_a, copy_b):
-            choices.append((inst, [int(c) for c in inst.attrs[0]].index(vector)))
-        choices.append((unroll, UNROLL.index(step)))
-        for inst, value in choices:
-            decided = decided.with_decision(inst, value, remove_postproc=True)
-        sch = tvm.s_tir.Schedule(mod)
-        decided.apply_to_schedule(sch, remove_postproc=True)
-        accepted = all(postproc.apply(sch) for postproc in context.space_generator.postprocs)
-        yield name, (sch.mod if accepted else None), target
+        yield name, tir.fixed_schedule(context, ti, tj, tk, vector=vector, unroll=step), target
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", action="store_true", help="time each point against cuBLAS (else only build)")
-    parser.add_argument("--stages", type=int, default=3, help="the cp.async pipeline's depth (AsyncPipeline)")
+    parser.add_argument("--stages", type=int, default=4, help="the cp.async pipeline's depth (AsyncPipeline)")
     parser.add_argument("--store", default="float32", choices=["float32", "float16"])
+    parser.add_argument("--no-refill", action="store_true", help="compile without refill_after_wait (two barriers a k-step)")
     options = parser.parse_args()
     if options.gpu:
         import torch
@@ -90,7 +77,7 @@ def main() -> None:
         if mod is None:
             print(f"{name:<50} rejected by the postprocessors")
             continue
-        kernel = tir.build(mod, target)["main"]
+        kernel = tir.build(mod, target, refill_after_wait=not options.no_refill)["main"]
         if not options.gpu:
             print(f"{name:<50} built")
             continue

@@ -20,41 +20,51 @@ def test_group_names_shapes_of_tilus_intrinsics():
     assert set(real.values()) <= set(intrin.names())
 
 
+def _context(m, n, k, dtype="float16", pipeline=True, stages=4, arch="sm_90"):
+    mod = tvm.IRModule({"main": te_matmul(m, n, k, dtype, "float32").with_attr("global_symbol", "main")})
+    return ms.TuneContext(mod=mod, target=tir.tuning_target(arch), space_generator=tir.space((dtype,), pipeline, stages),
+                          task_name="mm", num_threads=1)
+
+
+def _main_loop(source: str) -> str:
+    """The CUDA of the pipelined k loop (the outer k loop of the sketch), header to closing brace."""
+    loop = source[source.index("for (int ax2_0_0"):]
+    depth = 0
+    for end, char in enumerate(loop):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if char == "}" and depth == 0:
+            return loop[:end + 1]
+    raise AssertionError("the k loop has no closing brace")
+
+
+# (i tiles, j tiles, k tiles) of a 512^3 matmul, in mma atoms: 128x128 blocks of 2x2 warps of 64x64, k 32;
+# 128x256 blocks of 2x4 warps of 64x64, k 64
+TILINGS_512 = [([4, 1, 2, 1, 4], [1, 4, 2, 2, 4], [16, 2, 1]), ([4, 1, 2, 1, 4], [1, 2, 4, 2, 4], [8, 4, 1])]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pipeline", [True, False])
 def test_sketches_tensorize_with_tilus_intrinsics_and_compile(pipeline):
-    mod = tvm.IRModule({"main": te_matmul(512, 512, 512, "float16", "float32").with_attr("global_symbol", "main")})
-    target = tir.tuning_target("sm_90")
-    context = ms.TuneContext(mod=mod, target=target, space_generator=tir.space(("float16",), pipeline),
-                             task_name="mm", num_threads=1)
+    context = _context(512, 512, 512, pipeline=pipeline)
     (sketch,) = context.generate_design_space()
     text = str(sketch.trace)
     assert 'ann_val="tilus.ms.mma_m16n8k16_f16f16f32"' in text and 'ann_val="tilus.ms.ldmatrix_x4_f16_dyn"' in text
     assert ('ann_key="software_pipeline_stage"' in text) == pipeline
-    compiled = 0
-    for seed in range(1, 41):  # random decisions; VerifyGPUCode rejects most (too much shared memory, threads)
-        sch = tvm.s_tir.Schedule(mod, seed=seed)
-        tvm.s_tir.Trace(sketch.trace.simplified(remove_postproc=True).insts, {}).apply_to_schedule(
-            sch, remove_postproc=True)
-        if not all(postproc.apply(sch) for postproc in context.space_generator.postprocs):
-            continue
-        script = sch.mod.script()
+    for seed, (ti, tj, tk) in enumerate(TILINGS_512, start=1):  # the copies' vectors and the unroll step random
+        scheduled = tir.fixed_schedule(context, ti, tj, tk, seed=seed)
+        assert scheduled is not None
+        script = scheduled.script()
         assert "tilus.ms." not in script  # every shape was replaced by its tilus.* intrinsic
-        asynchronous = '"software_pipeline_async_stages": [0]' in script
-        if pipeline and not asynchronous:  # a k loop shorter than the pipeline keeps the rule's register stage
-            assert "manifest_shared_memory_local_stage" in script
-            continue
-        assert asynchronous == pipeline and "manifest_shared_memory_local_stage" not in script
-        source = tir.build(sch.mod, target).mod.imports[0].inspect_source()
+        assert ('"software_pipeline_async_stages": [0]' in script) == pipeline
+        assert "manifest_shared_memory_local_stage" not in script
+        source = tir.build(scheduled, context.target).mod.imports[0].inspect_source()
         assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in source and "ldmatrix.sync.aligned" in source
         assert "extern __shared__" in source and "__shared__ " not in source.replace("extern __shared__", "")
-        # the pipeline's copies: cp.async, waited for with one group still in flight (3 stages)
+        # the pipeline's copies: cp.async, 4 stages, waited for with one group in flight after refill_after_wait
         assert ("cp.async.cg.shared.global" in source or "cp.async.ca.shared.global" in source) == pipeline
         assert ("cp.async.wait_group 1" in source) == pipeline
-        compiled += 1
-        if compiled == 2:
-            break
-    assert compiled >= 1
+        if pipeline:
+            assert _main_loop(source).count("__syncthreads()") == 1
 
 
 def test_async_pipeline_stages():
@@ -62,57 +72,100 @@ def test_async_pipeline_stages():
     (0, 0, s - 2, s - 1, s - 1), stage 0 asynchronous; fewer than 3 buffers is refused."""
     with pytest.raises(ValueError, match="stages must be at least 3"):
         tir.AsyncPipeline(2)
-    mod = tvm.IRModule({"main": te_matmul(256, 256, 256, "float16", "float32").with_attr("global_symbol", "main")})
-    target = tir.tuning_target("sm_80")
-    assert int(target.attrs["max_shared_memory_per_block"]) == 163 * 1024  # dynamic shared memory's limit
-    context = ms.TuneContext(mod=mod, target=target, space_generator=tir.space(("float16",), True, 4),
-                             task_name="mm", num_threads=1)
-    (sketch,) = context.generate_design_space()
-    for seed in range(1, 41):
-        sch = tvm.s_tir.Schedule(mod, seed=seed)
-        tvm.s_tir.Trace(sketch.trace.simplified(remove_postproc=True).insts, {}).apply_to_schedule(
-            sch, remove_postproc=True)
-        if all(postproc.apply(sch) for postproc in context.space_generator.postprocs):
-            break
-    else:
-        pytest.fail("no sampled schedule passed the postprocessors")
-    script = sch.mod.script()
+    context = _context(256, 256, 256, stages=4, arch="sm_80")
+    assert int(context.target.attrs["max_shared_memory_per_block"]) == 163 * 1024  # dynamic shared memory's limit
+    scheduled = tir.fixed_schedule(context, [2, 1, 2, 1, 4], [1, 2, 2, 2, 4], [8, 2, 1])
+    script = scheduled.script()
     assert '"software_pipeline_stage": [0, 0, 2, 3, 3]' in script and '"software_pipeline_order": [0, 1, 3, 2, 4]' in script
-    assert "cp.async.wait_group 2" in tir.build(sch.mod, target).mod.imports[0].inspect_source()
+    loop = _main_loop(tir.build(scheduled, context.target, refill_after_wait=False).mod.imports[0].inspect_source())
+    assert "cp.async.wait_group 2" in loop or "wait_group_2()" in loop
+
+
+@pytest.mark.parametrize("stages", [3, 4, 5])
+def test_refill_after_wait_leaves_one_barrier_a_k_step(stages):
+    """TVM's pipeline syncs twice a k-step (before the copies overwrite a slot, and after the wait);
+    refill_after_wait issues the copies after the second barrier and waits one group less, from 4 stages
+    on. With 3 it leaves the loop alone: the moved wait would drain every copy before the mma."""
+    context = _context(512, 512, 512, stages=stages)
+    scheduled = tir.fixed_schedule(context, *TILINGS_512[0], seed=3)
+    before = _main_loop(tir.build(scheduled, context.target, refill_after_wait=False).mod.imports[0].inspect_source())
+    after = _main_loop(tir.build(scheduled, context.target).mod.imports[0].inspect_source())
+    assert before.count("__syncthreads()") == 2 and f"wait_group_{stages - 2}()" in before
+    if stages == 3:
+        assert after == before
+        return
+    assert after.count("__syncthreads()") == 1 and f"wait_group_{stages - 3}()" in after
+    # the wait and the barrier come first, then the copies and their commit, then the reads
+    order = [after.index(marker) for marker in (f"wait_group_{stages - 3}()", "__syncthreads()", "cp_async_legacy",
+                                                "commit_group", "ldmatrix")]
+    assert order == sorted(order)
+
+
+def test_refill_after_wait_ignores_other_loops():
+    """Loops not of the pipeline's form come out of the pass unchanged (the dlight schedule of a matmul,
+    whose copies are synchronous, and a plain TIR kernel)."""
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def scale(a: T.handle, b: T.handle):
+        A = T.match_buffer(a, (1024,), "float32")
+        B = T.match_buffer(b, (1024,), "float32")
+        bx = T.launch_thread("blockIdx.x", 8)
+        tx = T.launch_thread("threadIdx.x", 128)
+        tile = T.alloc_shared((128,), "float32")
+        for i in range(4):
+            tile[tx] = A[bx * 128 + tx] * T.float32(i)
+            T.tvm_storage_sync("shared")
+            B[bx * 128 + tx] = tile[127 - tx]
+            T.tvm_storage_sync("shared")
+
+    mod = tvm.IRModule({"main": scale.with_attr("global_symbol", "main")})
+    tvm.ir.assert_structural_equal(tir.refill_after_wait(mod), mod)
+
+
+def test_tiling_limits():
+    """TilingLimits keeps tilings of 4-8 warps with 64x32-64x64 warp tiles and k tiles of 32-64 (tiles in
+    mma atoms of 16 rows, 8 columns, 16 deep), and what small extents allow."""
+    allowed = tir.tiling_allowed
+    assert allowed([32, 1, 2, 1, 4], [1, 16, 4, 2, 4], [128, 2, 1])  # 4096^3, 128x256 of 2x4 warps of 64x64
+    assert allowed([16, 1, 4, 1, 4], [1, 32, 2, 2, 4], [64, 4, 1])  # 256x128 of 4x2 warps of 64x64, k 64
+    assert not allowed([64, 1, 1, 1, 4], [1, 64, 1, 2, 4], [128, 2, 1])  # 1 warp
+    assert not allowed([32, 1, 2, 1, 4], [1, 16, 8, 2, 4], [128, 2, 1])  # 16 warps
+    assert not allowed([64, 2, 2, 1, 1], [1, 64, 4, 1, 2], [128, 2, 1])  # 16x16 warp tiles
+    assert not allowed([8, 2, 2, 2, 4], [1, 64, 4, 1, 2], [128, 2, 1])  # 128x16 warp tiles: too thin
+    assert not allowed([1, 1, 1, 64, 4], [1, 16, 4, 2, 4], [128, 2, 1])  # 4096-row warp tiles
+    assert not allowed([32, 1, 2, 1, 4], [1, 16, 4, 2, 4], [16, 16, 1])  # k tile 256
+    assert not allowed([64, 1, 2, 1, 2], [1, 64, 2, 1, 4], [128, 2, 1])  # 32x32 warp tiles (6 ldmatrix, 8 mma)
+    # small extents: 64x64 (4 atoms by 8): 4 warps of 32x32 is what there is; 32x32: one warp; k 16
+    assert allowed([1, 1, 2, 2, 1], [1, 1, 2, 4, 1], [2, 2, 1])
+    assert allowed([1, 1, 1, 2, 1], [1, 1, 1, 4, 1], [1, 1, 1])
+    assert not allowed([1, 1, 2, 2, 1], [1, 1, 1, 8, 1], [2, 2, 1])  # 2 warps where 4 fit
+    context = _context(512, 512, 512)
+    assert tir.fixed_schedule(context, [8, 1, 1, 1, 4], [1, 8, 1, 2, 4], [16, 2, 1]) is None  # 1 warp: rejected
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype, stages", [("float16", 3), ("bfloat16", 4)])
-def test_sampled_cp_async_schedules_match_torch(dtype, stages):
-    """Random points of the space (no tuning), each in the cp.async pipeline's form, against torch."""
+@pytest.mark.parametrize("dtype, stages", [("float16", 3), ("bfloat16", 4), ("float16", 5)])
+def test_cp_async_schedules_match_torch(dtype, stages):
+    """Points of the space (no tuning; the copies' vectors and the unroll step random), each in the
+    cp.async pipeline's form, with and without refill_after_wait, against torch."""
     import torch
 
     m, n, k = 512, 768, 1024
-    mod = tvm.IRModule({"main": te_matmul(m, n, k, dtype, "float32").with_attr("global_symbol", "main")})
-    target = tir.tuning_target(None)
-    context = ms.TuneContext(mod=mod, target=target, space_generator=tir.space((dtype,), True, stages),
-                             task_name="mm", num_threads=1)
-    (sketch,) = context.generate_design_space()
+    context = _context(m, n, k, dtype, True, stages, arch=None)
     torch_dtype = getattr(torch, dtype)
     a = (torch.rand(m, k, device="cuda") * 2 - 1).to(torch_dtype)
     b = (torch.rand(k, n, device="cuda") * 2 - 1).to(torch_dtype)
-    checked = 0
-    for seed in range(1, 200):
-        sch = tvm.s_tir.Schedule(mod, seed=seed)
-        tvm.s_tir.Trace(sketch.trace.simplified(remove_postproc=True).insts, {}).apply_to_schedule(
-            sch, remove_postproc=True)
-        if not all(postproc.apply(sch) for postproc in context.space_generator.postprocs):
-            continue
-        if '"software_pipeline_async_stages": [0]' not in sch.mod.script():
-            continue
-        kernel = tir.build(sch.mod, target)["main"]
-        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
-        kernel(a, b, c)
-        torch.testing.assert_close(c, a.float() @ b.float(), rtol=0, atol=1e-2, msg=f"seed {seed}")
-        checked += 1
-        if checked == 2:
-            break
-    assert checked == 2
+    # 128x256 blocks of 2x4 warps of 64x64, k 32; 128x64 blocks of 2x2 warps of 64x32, k 64
+    for seed, (ti, tj, tk) in enumerate([([4, 1, 2, 1, 4], [1, 3, 4, 2, 4], [32, 2, 1]),
+                                         ([4, 1, 2, 2, 2], [1, 12, 2, 1, 4], [16, 4, 1])], start=1):
+        scheduled = tir.fixed_schedule(context, ti, tj, tk, seed=seed)
+        assert '"software_pipeline_async_stages": [0]' in scheduled.script()
+        for refill in (True, False):
+            kernel = tir.build(scheduled, context.target, refill_after_wait=refill)["main"]
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+            kernel(a, b, c)
+            torch.testing.assert_close(c, a.float() @ b.float(), rtol=0, atol=1e-2, msg=f"{ti} {tj} {tk} {refill}")
 
 
 @pytest.mark.gpu

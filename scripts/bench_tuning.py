@@ -55,7 +55,7 @@ HAND_PICKED = ((128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 256, 32, 8, 4),
                (64, 128, 64, 4, 4), (16, 128, 64, 4, 4))
 NAMES = ("block_m", "block_n", "block_k", "warps", "stages")
 # rough seconds a part needs (the budget check); a matmul shape scales with its flops
-ESTIMATE = {"warm": 40, "launch": 40, "costmodel": 150, "tir_base": 90, "tir_trial": 1.5, "shape": 60}  # seconds
+ESTIMATE = {"warm": 40, "launch": 40, "costmodel": 150, "tir_base": 90, "tir_trial": 3.0, "shape": 60}  # seconds
 
 
 def say(*args) -> None:
@@ -430,7 +430,7 @@ def main() -> None:
                                                           "one is also the warm-start shape)")
     parser.add_argument("--tracker", default=None, help="host:port:key of a TVM RPC tracker")
     parser.add_argument("--tir-size", type=int, default=4096)
-    parser.add_argument("--tir-trials", type=int, default=64)
+    parser.add_argument("--tir-trials", type=int, default=128)
     parser.add_argument("--tir-no-pipeline", action="store_true", help="tune_tir without the rule's software pipeline")
     parser.add_argument("--tir-stages", default="4", help="comma-separated cp.async pipeline depths, one tuning each")
     parser.add_argument("--cost-trials", type=int, default=48, help="max_trials of the cost-model part")

@@ -15,7 +15,7 @@ sums are stored as float16 (cuBLAS's output type) instead of float32.
 Measured on an H200 (cuBLAS 758-766 TFLOP/s), float32 output: with 4 stages and
 ``refill_after_wait`` (the defaults) 384-395 TFLOP/s (0.49-0.52x) for every point but 128x128
 (328, 0.43x); with two barriers a k-step (``--no-refill``) 327-354
-(0.43-0.47x). The search (``bench_tuning.py --part tir``, 64 trials) found 0.51x. The hand-written
+(0.43-0.47x). The search (``bench_tuning.py --part tir``) found 0.45-0.51x with 64 trials, 0.53x with 128. The hand-written
 ``mma.sync`` ``Matmul`` reaches 452-456.
 """
 import argparse

@@ -118,30 +118,6 @@ def test_errors():
         shifted = torch.zeros(100 * 192 + 1, dtype=torch.float16)[1:].view(100, 192)
         TileCopy(64, 64).compile(100, 192, shifted, x, target="sm_90")
 
-    class BadBarrier(tilus.Script):
-        def __call__(self, x_ptr: ~float16):
-            self.attrs.blocks = [1]
-            self.attrs.warps = 4
-            gx = self.global_view(x_ptr, dtype=float16, shape=[64, 64])
-            tile = self.shared_tensor(dtype=float16, shape=[64, 64])
-            wrong = self.shared_tensor(dtype=int32, shape=[2])
-            self.tma_load(src=gx, dst=tile, offsets=[0, 0], barrier=wrong[0])
-
-    with pytest.raises(ScriptError, match="barrier must be one element of a uint64 shared tensor"):
-        BadBarrier().compile(x, target="sm_90")
-
-    class WideBox(tilus.Script):
-        def __call__(self, x_ptr: ~float16):
-            self.attrs.blocks = [1]
-            self.attrs.warps = 4
-            gx = self.global_view(x_ptr, dtype=float16, shape=[512, 64])
-            tile = self.shared_tensor(dtype=float16, shape=[512, 64])
-            bars = self.shared_tensor(dtype=uint64, shape=[1])
-            self.mbarrier_init(bars, arrivals=0)
-
-    with pytest.raises(ScriptError, match="arrivals must be a compile-time int"):
-        WideBox().compile(x, target="sm_90")
-
     class Misused(tilus.Script):
         def __init__(self, case: str):
             super().__init__()
@@ -152,16 +128,22 @@ def test_errors():
             self.attrs.warps = 4
             gx = self.global_view(x_ptr, dtype=float16, shape=[512, 64])
             bars = self.shared_tensor(dtype=uint64, shape=[1])
-            self.mbarrier_init(bars, arrivals=1)
+            self.mbarrier_init(bars, arrivals=0 if self.case == "arrivals" else 1)
             if self.case == "box":
                 tile = self.shared_tensor(dtype=float16, shape=[512, 64])
                 self.tma_load(src=gx, dst=tile, offsets=[0, 0], barrier=bars[0])
+            elif self.case == "barrier":
+                tile = self.shared_tensor(dtype=float16, shape=[64, 64])
+                wrong = self.shared_tensor(dtype=int32, shape=[2])
+                self.tma_load(src=gx, dst=tile, offsets=[0, 0], barrier=wrong[0])
             elif self.case == "phase":
                 self.mbarrier_wait(bars[0], 2)
             else:
                 self.aligned(gx)
 
-    for case, message in (("box", "TMA copies boxes of at most 256 along each dimension"),
+    for case, message in (("barrier", "barrier must be one element of a uint64 shared tensor"),
+                          ("arrivals", "arrivals must be a compile-time int"),
+                          ("box", "TMA copies boxes of at most 256 along each dimension"),
                           ("phase", "phase must be 0 or 1"),
                           ("aligned", "aligned: expected a pointer parameter")):
         with pytest.raises(ScriptError, match=message):

@@ -66,11 +66,12 @@ STAGING = "shared.dyn"
 DTYPES = ("float16", "bfloat16")
 PASS_CONFIG = {"tirx.use_async_copy": True}  # the async stages' copies become cp.async
 LOCAL_STAGE = "tirx.manifest_shared_memory_local_stage"
-SYNC_STAGES = (0, 0, 0, 0, 0, 1, 1)
+SYNC_STAGES = (0, 0, 0, 0, 0, 1, 1)  # the rule's register-staged pipeline of the outer k loop
 # The unroll steps the space offers. The tensorized loops are unrolled by the intrinsics already; steps of
 # 128 and more only multiplied the code (nvcc ran past the 30 s compile limit, up to 5 minutes) and the
 # fastest points measured unrolled 0 or 16 (H200, 4096^3: 0.52x and 0.51x cuBLAS).
-UNROLL_STEPS = (0, 16, 64)  # the rule's register-staged pipeline of the outer k loop
+UNROLL_STEPS = (0, 16, 64)
+VECTOR_LENS = (4, 8)  # elements a thread's copy moves (see schedule_rules)
 
 
 def _shape_intrinsics(in_dtype: str) -> dict[str, tuple[str, str]]:
@@ -222,8 +223,9 @@ def refill_after_wait(func, _mod, _ctx):
     step that last read their slot. Only loops of exactly this form (a commit scope holding one barrier
     then the copies, a wait scope starting with a barrier) are rewritten, and only with 4 stages or
     more (a wait count of 2 or more): with 3 the moved wait would have to drain every copy in flight
-    before the step's mma, which measured slower than the second barrier (H200, 4096^3: 0.41x against
-    0.45x cuBLAS; with 4 stages 0.51-0.52x against 0.45-0.46x). TVM has no
+    before the step's mma, which measured slower than the second barrier (H200, 4096^3, six points of the
+    space: 0.40-0.48x cuBLAS against 0.43-0.46x; with 4 stages 0.49-0.52x against 0.43-0.47x for all
+    but the 128x128 point). TVM has no
     Python statement mutator in 0.27; ``tvm_ffi.structural_map`` walks the loops."""
     import tvm_ffi
 
@@ -376,17 +378,24 @@ class TilingLimits(ms.postproc.PyPostproc):
 
     def apply(self, sch) -> bool:
         trace = sch.trace
-        tiles = [(int(inst.attrs[0]), [int(v) for v in trace.decisions[inst]]) for inst in trace.insts
-                 if inst.kind.name == "SamplePerfectTile" and inst in trace.decisions]
-        spatial = [factors for levels, factors in tiles if levels == 5]
-        reduction = [factors for levels, factors in tiles if levels == 3]
-        if len(spatial) < 2 or not reduction:
+        samples = tile_samples(trace)
+        if samples is None:
             return True
-        (ti, tj), tk = spatial[-2:], reduction[-1]
-        return tiling_allowed(ti, tj, tk)
+        return tiling_allowed(*([int(v) for v in trace.decisions[inst]] for inst in samples))
 
     def clone(self):
         return TilingLimits()
+
+
+def tile_samples(trace) -> Optional[tuple]:
+    """The ``SamplePerfectTile`` instructions of the i, j and k tiles in a trace of the rule's sketch (the
+    last two of five levels and the last of three), or None when the trace has no such tiles."""
+    tiles = [inst for inst in trace.insts if inst.kind.name == "SamplePerfectTile"]
+    spatial = [inst for inst in tiles if int(inst.attrs[0]) == 5]
+    reduction = [inst for inst in tiles if int(inst.attrs[0]) == 3]
+    if len(spatial) < 2 or not reduction:
+        return None
+    return spatial[-2], spatial[-1], reduction[-1]
 
 
 def tiling_allowed(ti: list, tj: list, tk: list, atom=(16, 8, 16)) -> bool:
@@ -416,15 +425,11 @@ def fixed_schedule(context: "ms.TuneContext", i_tiles: list, j_tiles: list, k_ti
     tests and diagnostics (``scripts/diag_tune_tir.py``) that need a given point of the space."""
     (sketch,) = context.generate_design_space()
     trace = sketch.trace.simplified(remove_postproc=True)
-    decisions = {}
-    tiles = [inst for inst in trace.insts if inst.kind.name == "SamplePerfectTile"]
-    spatial = [inst for inst in tiles if int(inst.attrs[0]) == 5]
-    reduction = [inst for inst in tiles if int(inst.attrs[0]) == 3]
-    for inst, factors in zip([*spatial[-2:], reduction[-1]], [i_tiles, j_tiles, k_tiles]):
-        decisions[inst] = [int(f) for f in factors]
+    decisions = {inst: [int(f) for f in factors]
+                 for inst, factors in zip(tile_samples(trace), [i_tiles, j_tiles, k_tiles])}
     for inst in (inst for inst in trace.insts if inst.kind.name == "SampleCategorical"):
-        candidates = [int(c) for c in inst.attrs[0]]
-        chosen = vector if candidates == [4, 8] else unroll if 0 in candidates and len(candidates) > 2 else None
+        candidates = tuple(int(c) for c in inst.attrs[0])
+        chosen = vector if candidates == VECTOR_LENS else unroll if candidates == UNROLL_STEPS else None
         if chosen is not None:
             decisions[inst] = candidates.index(chosen)
     sch = tvm.s_tir.Schedule(context.mod, seed=seed)
@@ -443,7 +448,7 @@ def schedule_rules(in_dtypes=DTYPES, software_pipeline: bool = True) -> list:
         structure="SSSRRSRS",
         tile_binds=["blockIdx.y", "blockIdx.x", "threadIdx.y"],
         max_innermost_factor=4,
-        vector_load_lens=[4, 8],
+        vector_load_lens=list(VECTOR_LENS),
         reuse_read=ms.schedule_rule.ReuseType(req="must", levels=[4], scope=STAGING),
         reuse_write=ms.schedule_rule.ReuseType(req="must", levels=[2], scope=STAGING),
         use_software_pipeline=software_pipeline,

@@ -142,6 +142,10 @@ def test_tiling_limits():
     assert not allowed([1, 1, 2, 2, 1], [1, 1, 1, 8, 1], [2, 2, 1])  # 2 warps where 4 fit
     context = _context(512, 512, 512)
     assert tir.fixed_schedule(context, [8, 1, 1, 1, 4], [1, 8, 1, 2, 4], [16, 2, 1]) is None  # 1 warp: rejected
+    with pytest.raises(ValueError, match=r"j_tiles must be 5 factors whose product is 64 .*got \[1, 8, 2, 4\]"):
+        tir.fixed_schedule(context, [4, 1, 2, 1, 4], [1, 8, 2, 4], [16, 2, 1])
+    with pytest.raises(ValueError, match=r"k_tiles must be 3 factors whose product is 32"):
+        tir.fixed_schedule(context, [4, 1, 2, 1, 4], [1, 4, 2, 2, 4], [16, 4, 1])
 
 
 @pytest.mark.gpu

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 
 from typing import Any, Optional
 
@@ -400,8 +401,6 @@ def tile_samples(trace) -> Optional[tuple]:
 
 def tiling_allowed(ti: list, tj: list, tk: list, atom=(16, 8, 16)) -> bool:
     """:class:`TilingLimits`' test of one tiling (five levels of i and j, three of k, in mma atoms)."""
-    import math
-
     m, n, k = (math.prod(t) * a for t, a in zip((ti, tj, tk), atom))
     warp_m, warp_n = ti[3] * ti[4] * atom[0], tj[3] * tj[4] * atom[1]
     warps, depth = ti[2] * tj[2], tk[1] * tk[2] * atom[2]
@@ -425,8 +424,17 @@ def fixed_schedule(context: "ms.TuneContext", i_tiles: list, j_tiles: list, k_ti
     tests and diagnostics (``scripts/diag_tune_tir.py``) that need a given point of the space."""
     (sketch,) = context.generate_design_space()
     trace = sketch.trace.simplified(remove_postproc=True)
-    decisions = {inst: [int(f) for f in factors]
-                 for inst, factors in zip(tile_samples(trace), [i_tiles, j_tiles, k_tiles])}
+    samples = tile_samples(trace)
+    if samples is None:
+        raise ValueError("fixed_schedule: the context's sketch has no i, j and k tiles of the tensor-core rule")
+    decisions = {}
+    for name, inst, factors in zip(("i_tiles", "j_tiles", "k_tiles"), samples, (i_tiles, j_tiles, k_tiles)):
+        sampled = [int(v) for v in trace.decisions[inst]]
+        factors = [int(f) for f in factors]
+        if len(factors) != len(sampled) or math.prod(factors) != math.prod(sampled):
+            raise ValueError(f"fixed_schedule: {name} must be {len(sampled)} factors whose product is "
+                             f"{math.prod(sampled)} (the loop's extent in mma atoms), got {factors}")
+        decisions[inst] = factors
     for inst in (inst for inst in trace.insts if inst.kind.name == "SampleCategorical"):
         candidates = tuple(int(c) for c in inst.attrs[0])
         chosen = vector if candidates == VECTOR_LENS else unroll if candidates == UNROLL_STEPS else None

@@ -109,3 +109,73 @@ def test_copy_async_round_trip_zero_fills_outside(m, n):
     expected = torch.zeros(32, 64, dtype=torch.float16, device="cuda")
     expected[:min(m, 32), :min(n, 64)] = x[:32, :64]
     torch.testing.assert_close(out, expected)
+
+
+class OwnRing(tilus.Script):
+    """out = x ([rows, 3 * cols]) through a 3-deep ring of shared tiles that each thread fills for itself
+    (``copy_async(layout=)``) and reads back with the same layout: no barrier anywhere."""
+
+    def __init__(self, layout):
+        super().__init__()
+        self.layout = layout
+
+    def __call__(self, m: int32, x_ptr: ~float16, out_ptr: ~float16):
+        rows, cols = self.layout.shape
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m, 3 * cols])
+        go = self.global_view(out_ptr, dtype=float16, shape=[rows, 3 * cols])
+        ring = self.shared_tensor(dtype=float16, shape=[3, rows, cols])
+        for j in range(2):
+            self.copy_async(src=gx, dst=ring[j], offsets=[0, j * cols], layout=self.layout)
+            self.copy_async_commit_group()
+        for i in range(3):
+            self.copy_async(src=gx, dst=ring[(i + 2) % 3], offsets=[0, (i + 2) * cols], layout=self.layout)
+            self.copy_async_commit_group()
+            self.copy_async_wait_group(2)  # this thread's copies of tile i have landed
+            tile = self.load_shared(ring[i % 3], layout=self.layout)
+            self.store_global(go, tile, offsets=[0, i * cols])
+
+
+def own_ring_layouts():
+    from tilus_tvm.layout import register as reg
+
+    return {"16-byte": reg.compose(reg.spatial(16, 8), reg.local(1, 8)),  # a thread: 8 consecutive halves
+            "8-byte": reg.compose(reg.spatial(8, 16), reg.local(2, 4))}  # 2 rows of 4 halves
+
+
+@pytest.mark.parametrize("name", ["16-byte", "8-byte"])
+def test_copy_async_by_layout_needs_no_barrier(name):
+    layout = own_ring_layouts()[name]
+    x = torch.zeros(16, 192, dtype=torch.float16)
+    code = cuda_of(OwnRing(layout), 16, x, torch.zeros(16, 192, dtype=torch.float16))
+    size = {"16-byte": "cg_src_size_async_cg_shared_global_16", "8-byte": "ca_src_size_async_ca_shared_global_8"}[name]
+    assert size in code and "__syncthreads" not in code
+    assert "cp.async.wait_group 2;" in code
+
+
+def test_copy_async_layout_must_fit_the_tile():
+    class Mismatch(tilus.Script):
+        def __call__(self, x_ptr: ~float16):
+            self.attrs.blocks = 1
+            self.attrs.warps = 4
+            gx = self.global_view(x_ptr, dtype=float16, shape=[16, 64])
+            s = self.shared_tensor(dtype=float16, shape=[16, 32])
+            self.copy_async(src=gx, dst=s, offsets=[0, 0], layout=own_ring_layouts()["16-byte"])
+
+    with pytest.raises(tilus.ScriptError, match=r"copy_async: layout .* has shape \[16, 64\], the tensor has shape "
+                                                 r"\[16, 32\]"):
+        Mismatch().lower(torch.empty(16, 64, dtype=torch.float16, device="meta"), target="sm_80")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["16-byte", "8-byte"])
+@pytest.mark.parametrize("m", [16, 11])
+def test_copy_async_by_layout_round_trip(name, m):
+    """Each thread reads back what it copied itself; rows of x beyond m arrive as zeros."""
+    x = torch.randn(m, 192, dtype=torch.float16, device="cuda")
+    out = torch.full((16, 192), float("nan"), dtype=torch.float16, device="cuda")
+    OwnRing(own_ring_layouts()[name])(m, x, out)
+    expected = torch.zeros(16, 192, dtype=torch.float16, device="cuda")
+    expected[:m] = x
+    torch.testing.assert_close(out, expected)

@@ -1,9 +1,12 @@
 """Asynchronous copies from global to shared memory: ``CopyAsync`` (``cp.async``) and its group
 instructions ``CopyAsyncCommitGroup``, ``CopyAsyncWaitGroup``, ``CopyAsyncWaitAll``.
 
-No layout rule (no registers are involved) and no scratch. The copy's thread assignment is fixed:
-the tile is cut into vectors along its last dimension, numbered row-major, and thread ``t`` copies
-vectors ``t, t + T, t + 2T, ...`` (T threads), so a warp reads consecutive global memory.
+No layout rule (no registers are involved) and no scratch. The copy's thread assignment: by
+default the tile is cut into vectors along its last dimension, numbered row-major, and thread ``t``
+copies vectors ``t, t + T, t + 2T, ...`` (T threads), so a warp reads consecutive global memory.
+With a register layout (``copy_async(..., layout=)``) each thread copies the elements it would hold
+in a register tensor of that layout, a vector of its consecutive slots at a time, so that it can
+read them back after its own ``cp.async.wait_group`` without a barrier.
 
 Vector size: 16 bytes (``cp.async.cg``) when the global addresses of every vector are 16-byte
 aligned (unit stride along the tile's last dimension, the other strides, the offset and the
@@ -92,38 +95,71 @@ def _tile_index(inst: ir.CopyAsync, vector: Any, width: int) -> list[Any]:
     return index
 
 
+def thread_vector(inst: ir.CopyAsync, aligned_pointer: bool, layout=None, analyzer: Any = None) -> int:
+    """Elements per ``cp.async`` of ``inst`` when each thread copies its slots of ``inst.layout``
+    (0: element by element): the layout's vector along a unit-stride dimension, cut to a cp.async
+    size whose vectors stay contiguous and aligned in shared memory."""
+    from tilus_tvm.instructions.global_memory import vector_width  # (global_memory imports this module)
+
+    if not aligned_pointer:
+        return 0
+    width = vector_width(inst.layout, inst.src, inst.offsets, inst.dims, analyzer)
+    layout = layout if layout is not None else inst.dst.resolved_layout()
+    while width >= 1:
+        if width * inst.src.dtype.nbits // 8 in CP_ASYNC_BYTES and shared_vectors_fit(inst.dst, layout, width):
+            return width
+        width //= 2
+    return 0
+
+
 def emit_copy_async(ctx: CodegenContext, inst: ir.CopyAsync) -> None:
-    src, dst = inst.src, inst.dst
-    width = copy_vector(inst, ctx.func.aligned(src.pointer), analyzer=ctx.func.analyzer())
+    aligned = ctx.func.aligned(inst.src.pointer)
+    if inst.layout is not None:  # each thread copies its slots of the layout, a vector at a time
+        layout = inst.layout
+        width = thread_vector(inst, aligned, analyzer=ctx.func.analyzer())
+        step = max(width, 1)
+        inside_layout = ctx.tx < layout.num_threads if layout.num_threads < ctx.func.num_threads else \
+            tirx.const(True, "bool")
+        with ctx.guarded(inside_layout):
+            for j in range(layout.local_size // step):
+                _copy_vector(ctx, inst, list(ctx.logical(layout, j * step)), width)
+        return
+    width = copy_vector(inst, aligned, analyzer=ctx.func.analyzer())
     step = max(width, 1)
     num_vectors = math.prod(_vector_grid(inst, step))
     threads = ctx.func.num_threads
     rounds = -(-num_vectors // threads)
-    global_dim = inst.dims[-1]
     for r in range(rounds):  # unrolled here: each round is its own statement, free to interleave
         vector = r * threads + ctx.tx
         with ctx.guarded(vector < num_vectors if num_vectors % threads else tirx.const(True, "bool")):
-            tile = _tile_index(inst, vector, step)
-            coords = place_tile(inst.offsets, inst.dims, tile)
-            buffer, offset = ctx.shared_element(dst, tile)
-            inside = src.leading_guard()  # True for a view of a pointer
-            for d, (c, extent) in enumerate(zip(coords, src.shape)):
-                if d != global_dim or width == 0:
-                    inside = tirx.And(inside, tirx.And(c >= 0, c < extent))
-            if width == 0:
-                _copy_element(ctx, inst, coords, inside, buffer, offset)
-            else:
-                last = coords[global_dim]
-                inside = tirx.And(inside, last >= 0)
-                valid = tirx.Max(tirx.Min(src.shape[global_dim] - last, width), 0)
-                src_bytes = tirx.Select(inside, valid * (src.dtype.nbits // 8), 0)
-                safe = [tirx.Select(inside, c, 0) for c in coords]  # never form an address outside the tensor
-                linear = sum((c * s for c, s in zip(safe, src.strides)), 0)
-                nbytes = width * src.dtype.nbits // 8
-                # both buffers are 1-D views (of the uint8 pool, of the pointer): addressed as &view[i]
-                Tb.evaluate(intrin.emit_cp_async(nbytes, buffer, offset, ctx.flat_view(src), linear,
-                                                 cache="cg" if nbytes == 16 else "ca", src_size=src_bytes,
-                                                 pointers="address_of"))
+            _copy_vector(ctx, inst, _tile_index(inst, vector, step), width)
+
+
+def _copy_vector(ctx: CodegenContext, inst: ir.CopyAsync, tile: list, width: int) -> None:
+    """One ``cp.async`` of ``width`` elements from the tile element ``tile`` on (0: one element, copied
+    synchronously), zero-filling what lies outside ``src``."""
+    src = inst.src
+    global_dim = inst.dims[-1]
+    coords = place_tile(inst.offsets, inst.dims, tile)
+    buffer, offset = ctx.shared_element(inst.dst, tile)
+    inside = src.leading_guard()  # True for a view of a pointer
+    for d, (c, extent) in enumerate(zip(coords, src.shape)):
+        if d != global_dim or width == 0:
+            inside = tirx.And(inside, tirx.And(c >= 0, c < extent))
+    if width == 0:
+        _copy_element(ctx, inst, coords, inside, buffer, offset)
+        return
+    last = coords[global_dim]
+    inside = tirx.And(inside, last >= 0)
+    valid = tirx.Max(tirx.Min(src.shape[global_dim] - last, width), 0)
+    src_bytes = tirx.Select(inside, valid * (src.dtype.nbits // 8), 0)
+    safe = [tirx.Select(inside, c, 0) for c in coords]  # never form an address outside the tensor
+    linear = sum((c * s for c, s in zip(safe, src.strides)), 0)
+    nbytes = width * src.dtype.nbits // 8
+    # both buffers are 1-D views (of the uint8 pool, of the pointer): addressed as &view[i]
+    Tb.evaluate(intrin.emit_cp_async(nbytes, buffer, offset, ctx.flat_view(src), linear,
+                                     cache="cg" if nbytes == 16 else "ca", src_size=src_bytes,
+                                     pointers="address_of"))
 
 
 def _copy_element(ctx: CodegenContext, inst: ir.CopyAsync, coords, inside, buffer, offset) -> None:
@@ -135,6 +171,11 @@ def _copy_element(ctx: CodegenContext, inst: ir.CopyAsync, coords, inside, buffe
 
 def copy_async_accesses(inst: ir.CopyAsync, layout) -> list:
     """Warp 0's first two rounds of vector stores into ``inst.dst`` (for the bank-conflict model)."""
+    if inst.layout is not None:  # warp 0's first two vectors of its layout slots
+        width = thread_vector(inst, True, layout) or 1
+        lanes = range(min(32, inst.layout.num_threads))
+        return [[(inst.dst.root_index(list(inst.layout.logical(lane, j * width))), width) for lane in lanes]
+                for j in range(min(2, inst.layout.local_size // width))]
     width = copy_vector(inst, True, layout) or 1
     grid = _vector_grid(inst, width)
     num_vectors = math.prod(grid)

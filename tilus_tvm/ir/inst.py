@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor, Tensor
+from tilus_tvm.layout.register import RegisterLayout
 
 
 @dataclass(eq=False)
@@ -197,6 +198,9 @@ class CopyAsync(Instruction):
     src: GlobalTensor
     offsets: tuple[Any, ...]
     dims: tuple[int, ...]
+    # None: the tile's vectors dealt out to the threads in turn; a register layout of the tile: each
+    # thread copies the elements it would hold in a register tensor of that layout
+    layout: Optional[RegisterLayout] = None
 
 
 @dataclass(eq=False)

@@ -249,7 +249,7 @@ class MemoryInstructions(InstructionBase):
         tensor.layout = layout
 
     def copy_async(self, src: GlobalTensor, dst: SharedTensor, offsets: Sequence[Any],
-                   dims: Optional[Sequence[int]] = None) -> None:
+                   dims: Optional[Sequence[int]] = None, layout: Optional[RegisterLayout] = None) -> None:
         """Copy the tile ``src[offsets...]`` of ``dst``'s shape into the shared tensor ``dst`` with
         ``cp.async`` (the threads go on while the copy runs).
 
@@ -260,11 +260,23 @@ class MemoryInstructions(InstructionBase):
         aligned). Make the data visible with :meth:`copy_async_commit_group` and
         :meth:`copy_async_wait_group` (or :meth:`copy_async_wait_all`), then :meth:`sync`.
 
+        ``layout`` (a register layout of the tile) assigns the elements instead: each thread copies
+        those it would hold in a register tensor of that layout (threads outside the layout copy
+        nothing; every replica copies its own). A thread's ``cp.async`` writes are visible to that
+        thread once its :meth:`copy_async_wait_group` returns, so a :meth:`load_shared` with the same
+        layout reads back only what the thread copied itself and needs no :meth:`sync`: a per-thread
+        ring of prefetched tiles that costs no registers while in flight and no barrier.
+
         >>> self.copy_async(src=ga, dst=sa[stage], offsets=[offset_m, k * 32])   # doctest: +SKIP
+        >>> self.copy_async(src=gw, dst=sw[stage], offsets=[0, k], dims=[0, 2], layout=words)  # doctest: +SKIP
         """
         builder = self._builder("copy_async")
         offsets, dims = check_tile_copy("copy_async", "cp.async", src, dst, offsets, dims)
-        builder.emit(ir.CopyAsync(dst, src, offsets, dims))
+        layout = check_layout("copy_async", layout, tuple(dst.shape), builder.num_threads)
+        if layout is not None and src.dtype.nbits % 8:
+            raise ScriptError(f"copy_async: layout= copies whole bytes a thread; {src.describe()} has "
+                              f"{src.dtype.nbits}-bit elements (copy them as the bytes or words that hold them)")
+        builder.emit(ir.CopyAsync(dst, src, offsets, dims, layout))
 
     def copy_async_commit_group(self) -> None:
         """``cp.async.commit_group``: the copies this thread issued since the last commit form a group."""

@@ -146,6 +146,7 @@ def config_text(config: Config) -> str:
     return (f"{config.warps}w {config.units_per_warp}u bm{config.block_m} s{config.split_k} p{config.prefetch}"
             + (" staged" if config.stage_activations else "")
             + (f" tma{config.weight_stages}" if config.weight_stages else "")
+            + (f" ring{config.weight_ring}" if config.weight_ring else "")
             + (" cp.async-x" if config.warpgroup_mma and config.tma_activations is False else "")
             + (" +SplitKSum" if config.split_k > 1 and config.split_reduce == "kernel" else ""))
 
@@ -158,7 +159,7 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     chosen = config or replace(choose_config(m, w.packed.format, sms, wgmma=HOPPER), split_reduce=SPLIT_REDUCE)
     if config is None and WEIGHT_STAGES and not chosen.warpgroup_mma:
-        chosen = replace(chosen, weight_stages=WEIGHT_STAGES)
+        chosen = replace(chosen, weight_stages=WEIGHT_STAGES, weight_ring=0)
     if config is None and NO_TMA_ACTIVATIONS and chosen.warpgroup_mma:
         chosen = replace(chosen, tma_activations=False)
     if tune:
@@ -228,7 +229,8 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
     units each (a block of 16 to 512 channels: finer blocks spread a grid that is less than a wave more
     evenly over the SMs) and K split 1, 2 or 4, on the table's load path; then at the table's tile and
     split, each load path: activations to registers, or staged in shared memory with two or one k-steps
-    of weights in flight."""
+    of weights in flight; the weights through a per-thread cp.async ring (weight_ring 3 or 4, 4 warps of
+    1 or 2 units, K split in two) or, on Hopper, a TMA ring."""
     w = Weights(weight_type, k, n)
     results = []
     table = choose_config(m, w.packed.format, torch.cuda.get_device_properties(0).multi_processor_count,
@@ -237,12 +239,15 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
     candidates = [replace(table, warps=warps, units_per_warp=units, split_k=split)
                   for warps in (1, 2, 4, 8) for units in (1, 2, 4) for split in (1, 2, 4)
                   if units % w.packed.format.units == 0]
-    paths = [replace(table, stage_activations=False, stages=2, prefetch=2),
-             replace(table, stage_activations=True, stages=3, prefetch=2),
-             replace(table, stage_activations=True, stages=3, prefetch=1)]
+    paths = [replace(table, stage_activations=False, stages=2, prefetch=2, weight_ring=0),
+             replace(table, stage_activations=True, stages=3, prefetch=2, weight_ring=0),
+             replace(table, stage_activations=True, stages=3, prefetch=1, weight_ring=0)]
+    # weights through a per-thread cp.async ring (1 or 2 units a warp, K split in two)
+    paths += [replace(table, warps=4, units_per_warp=units, split_k=2, weight_ring=ring, stage_activations=False,
+                      stages=2) for units in (1, 2) for ring in (3, 4) if units % w.packed.format.units == 0]
     if torch.cuda.get_device_capability()[0] >= 9:  # weights through a TMA ring in shared memory
-        paths += [replace(table, weight_stages=stages) for stages in (3, 4, 6, 8)]
-        paths += [replace(table, warps=warps, units_per_warp=units, weight_stages=4)
+        paths += [replace(table, weight_ring=0, weight_stages=stages) for stages in (3, 4, 6, 8)]
+        paths += [replace(table, warps=warps, units_per_warp=units, weight_ring=0, weight_stages=4)
                   for warps, units in ((4, 4), (8, 2), (8, 4)) if units % w.packed.format.units == 0]
     candidates += [path for path in paths if path not in candidates]
     if m > 16:

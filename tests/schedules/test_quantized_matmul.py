@@ -103,7 +103,8 @@ def ptx(compiled, target):
 @pytest.mark.parametrize("target", ["sm_80", "sm_90"])
 def test_decode_kernel_streams_weights_into_registers(target):
     fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
-    kernel, compiled = compile_kernel(fmt, 1, choose_config(1, fmt), target=target)
+    register_row = replace(choose_config(1, WeightFormat(dtypes.uint2b, 1024, 512, 128)), split_k=1)  # (u4: the ring)
+    kernel, compiled = compile_kernel(fmt, 1, register_row, target=target)
     program = str(kernel.tile_program(1, meta(1, 1024), meta(*fmt.storage_shape, dtype=torch.int32),
                                       meta(8, 512), meta(8, 512), meta(1, 512), meta(1, dtype=torch.float32),
                                       target=target))
@@ -120,7 +121,7 @@ def test_decode_kernel_streams_weights_through_a_tma_ring():
     """weight_stages: TMA copies each k-step's [granules, chunks, 32 lanes x words] tile into a ring; the warps
     read their 16-byte vectors from shared memory; no global load of weights by the threads."""
     fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
-    config = replace(choose_config(1, fmt), weight_stages=4)
+    config = replace(choose_config(1, fmt), weight_ring=0, weight_stages=4)
     _, compiled = compile_kernel(fmt, 1, config, target="sm_90")
     code = ptx(compiled, "sm_90")
     assert "cp.async.bulk.tensor.4d" in code and "mbarrier.try_wait.parity" in code
@@ -128,6 +129,30 @@ def test_decode_kernel_streams_weights_through_a_tma_ring():
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in code
     with pytest.raises(ScriptError, match="weight_stages=1 must be 0"):
         QuantizedMatmul(fmt, weight_stages=1)
+
+
+def test_decode_kernel_streams_weights_through_a_per_thread_ring():
+    """weight_ring: each thread cp.asyncs its own 16-byte weight vectors into a ring and reads them back after its
+    own wait: no barrier, no global load of weights into registers; misuse is refused by name."""
+    fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
+    config = choose_config(1, fmt)
+    assert (config.warps, config.units_per_warp, config.weight_ring) == (4, 1, 4)  # the table's decode row for u4
+    _, compiled = compile_kernel(fmt, 1, config, target="sm_80")
+    code = ptx(compiled, "sm_80")
+    assert "cp.async.cg.shared.global" in code and "cp.async.wait_group 3;" in code
+    assert re.search(r"ld\.shared\.v4\.u32", code) and not re.search(r"ld\.global\.nc\.v4\.u32", code)
+    assert "bar.sync" not in code.split("cp.async.wait_all")[0]  # (the split-K reduction's barrier comes after)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in code
+    staged = replace(config, block_m=16, stage_activations=True, stages=4)
+    _, compiled = compile_kernel(fmt, 16, staged, target="sm_80")  # activations in the same cp.async groups
+    assert "cp.async.wait_group 3;" in compiled.cuda_source
+    for kwargs, message in (({"weight_ring": 1}, "weight_ring=1 must be 0"),
+                            ({"weight_ring": 3, "weight_stages": 3}, "two rings for the same weights"),
+                            ({"weight_ring": 3, "stage_activations": True, "stages": 2}, "must equal stages=2"),
+                            ({"weight_ring": 3, "warpgroup_mma": True, "warps": 4, "stage_activations": True,
+                              "stages": 3, "scale_weights": True}, "weight_ring is for mma.sync")):
+        with pytest.raises(ScriptError, match=message):
+            QuantizedMatmul(fmt, **kwargs)
 
 
 def test_wgmma_activations_by_tma():
@@ -162,7 +187,8 @@ def test_split_k_writes_partials_and_sums_them():
 
     fmt = WeightFormat(dtypes.uint4b, 8192, 28672, 128)
     config = replace(choose_config(1, fmt, multiprocessors=132), split_reduce="kernel")
-    assert config.split_k == 2 and config.block_m == 8  # 224 blocks of 128 channels: fewer than 2 per SM
+    # the ring row: 448 blocks of 64 channels, fewer than the 6 per SM it asks for, so K is split in two
+    assert config.split_k == 2 and config.block_m == 8 and config.units_per_warp == 1
     assert choose_config(1, WeightFormat(dtypes.uint4b, 4096, 4096, 128), 132).split_k == 4
     assert choose_config(256, fmt, 132).split_k == 1 and choose_config(256, fmt, 132).stage_activations
     kernel, compiled = compile_kernel(fmt, 1, config)
@@ -170,7 +196,7 @@ def test_split_k_writes_partials_and_sums_them():
                                       meta(64, 28672), meta(64, 28672), meta(1, 28672), meta(2, 1, 28672,
                                                                                          dtype=torch.float32),
                                       target="sm_90"))
-    assert "attrs.blocks = [(m_size + 8 - 1) // 8, 224, 2]" in program and "pointer=ws_ptr" in program
+    assert "attrs.blocks = [(m_size + 8 - 1) // 8, 448, 2]" in program and "pointer=ws_ptr" in program
     # a split's weight view ends with the split but steps through the whole weight: the storage's strides
     shape = fmt.storage_shape
     strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]

@@ -117,3 +117,18 @@ def test_warpgroup_mma_activations_by_tma_or_cp_async(name, m, tma):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs sm_90a")
     check(name, m, 512, 384, 64, config=Config(**{**WARPGROUP_MMA.__dict__, "tma_activations": tma}))
+
+
+@pytest.mark.parametrize("name,m,k,n,group,split,ring,units", [
+    ("uint4b", 1, 4096, 1024, 128, 2, 4, 2), ("uint2b", 3, 2048, 640, 64, 1, 3, 2),
+    ("int3b", 16, 1024, 300, None, 1, 6, 2), ("uint8", 8, 1024, 256, 128, 2, 2, 4),
+    ("float6_e3m2", 1, 2048, 512, 32, 4, 4, 2), ("float4_e2m1", 5, 384, 77, 64, 1, 8, 1),
+    ("int4b", 12, 768, 200, 128, 3, 3, 2), ("uint4b", 1, 8192, 2048, 128, 2, 4, 1)])
+def test_weights_through_a_per_thread_cp_async_ring(name, m, k, n, group, split, ring, units):
+    """weight_ring: each thread copies its own words of ``ring - 1`` k-steps ahead with cp.async and reads them
+    back without a barrier (from 9 rows with the activations staged in the same groups), against torch."""
+    staged = m > 8
+    config = Config(block_m=8 if m <= 8 else 16, units_per_warp=units, split_k=split, weight_ring=ring,
+                    stage_activations=staged, stages=ring if staged else 2)
+    for seed in (0, 1):
+        check(name, m, k, n, group, seed=seed, config=config)

@@ -50,8 +50,8 @@ def test_row_kernels_tune(no_more_tuning):
 
 
 def test_quantized_matmul_tune(no_more_tuning):
-    """QuantizedMatmul's space (42 configurations, 8 warps x 4 units among them) tuned for 8-bit weights at
-    3 rows; 4 rows share the bucket and launch the choice."""
+    """QuantizedMatmul's space (56 configurations, 8 warps x 4 units and the ring row among them) tuned for
+    8-bit weights at 3 rows; 4 rows share the bucket and launch the choice."""
     import math
 
     import torch

@@ -35,6 +35,14 @@ weights still go straight to registers (each is used by one warp only). The tabl
 on, and from 1 row on for 6- to 8-bit weights: it frees the registers that the activations of every
 step, loaded one step ahead, take on the other path.
 
+``weight_ring=N`` streams the weights instead through a ring of N k-steps in shared memory that each thread
+fills for itself: ``copy_async(layout=words)`` copies exactly the words the thread reads back with
+``load_shared(layout=words)``, so after its own ``cp.async.wait_group`` it needs no barrier, and the N - 1
+steps in flight take shared memory instead of registers. With fewer registers a block, one unit a warp fits
+about 7 blocks an SM; the table uses it for 3- to 6-bit weights up to 8 rows (H100, 1x8192x28672: u4 51.6 ->
+50.3 us, u6 74.3 -> 71.7; see ``CONFIGS``). With staged activations (``stages`` equal to N) a step's weights
+and activations travel in one cp.async group.
+
 ``weight_stages=N`` (Hopper) streams the weights instead through a ring of N k-steps in shared memory that
 one thread fills with TMA (``tma_load``; the storage viewed as [granules, steps, chunks, 32 x words], one
 barrier a stage); each warp then reads its 16-byte vectors from shared memory, and the block
@@ -54,7 +62,7 @@ reduction). With ``split_reduce="kernel"`` each split writes them to a workspace
 time within noise, and the serial sum saves the second launch (5-10 us of host time outside a CUDA
 graph).
 
-``QuantizedMatmul`` carries an ``opt_in`` ``@autotune`` space of 42 configurations (the block's
+``QuantizedMatmul`` carries an ``opt_in`` ``@autotune`` space of 56 configurations (the block's
 channels as warps x units, and its batch rows with the matching load path), which holds every
 configuration of the hand table. ``quantized_matmul(..., tune=True)`` launches the tuned one; K's
 split is not tuned: it is the hand table's for the batch (:func:`choose_config`), fixed for the
@@ -107,16 +115,19 @@ SPLIT_REDUCTIONS = ("kernel", "serial")
 # (warps, units_per_warp): 64 to 512 channels a block (units of 16; 2 or 4 a warp, a multiple of every
 # format's units). 8 x 4 is there for 8-bit weights: at 1x8192x28672 on the H100 it took uint8 from
 # 122 us (the table's 4 x 2) to 100 us (split_k 2 both; timed with each call waited for, host time included).
-TUNED_CHANNELS = [(2, 2), (4, 2), (8, 2), (2, 4), (4, 4), (8, 4)]
-# (block_m, prefetch, stage_activations, stages, scale_weights): batch rows with the load path that
-# suits them -- registers with two k-steps of weights in flight for decode batches, cp.async-staged
-# activations and scaled weights for larger ones (the hand table's rows, and 32 rows unstaged)
-TUNED_ROWS = [(8, 2, False, 2, False), (8, 2, True, 3, False), (16, 2, True, 3, False), (16, 1, True, 3, False),
-              (32, 2, False, 2, False), (32, 1, True, 3, True), (64, 1, True, 3, True)]
+# 4 x 1 is the ring row's (formats whose lanes pair units refuse it: the tuner skips it for them).
+TUNED_CHANNELS = [(2, 2), (4, 2), (8, 2), (2, 4), (4, 4), (8, 4), (4, 1)]
+# (block_m, prefetch, stage_activations, stages, scale_weights, weight_ring): batch rows with the load path
+# that suits them -- registers with two k-steps of weights in flight, or the per-thread ring, for decode
+# batches, cp.async-staged activations and scaled weights for larger ones (the hand table's rows, and 32
+# rows unstaged)
+TUNED_ROWS = [(8, 2, False, 2, False, 0), (8, 2, False, 2, False, 4), (8, 2, True, 3, False, 0),
+              (16, 2, True, 3, False, 0), (16, 1, True, 3, False, 0), (32, 2, False, 2, False, 0),
+              (32, 1, True, 3, True, 0), (64, 1, True, 3, True, 0)]
 
 
 @tilus.autotune("warps, units_per_warp", TUNED_CHANNELS, bucket={"m_size": "pow2"}, opt_in=True)
-@tilus.autotune("block_m, prefetch, stage_activations, stages, scale_weights", TUNED_ROWS)
+@tilus.autotune("block_m, prefetch, stage_activations, stages, scale_weights, weight_ring", TUNED_ROWS)
 class QuantizedMatmul(tilus.Script):
     """``out = a @ w`` for one packed weight format (see the module docstring).
 
@@ -130,7 +141,9 @@ class QuantizedMatmul(tilus.Script):
     ``ws_ptr`` [split_k, M, N] for :class:`SplitKSum` (``split_reduce="kernel"``);
     ``prefetch``: k-steps of weights in flight ahead of the one computed (1 to 4); ``weight_stages``: 0, or
     the depth of a ring of k-steps of weights that TMA fills in shared memory (Hopper; ``prefetch`` is
-    then unused: ``weight_stages - 1`` steps are in flight); ``min_blocks``: blocks
+    then unused: ``weight_stages - 1`` steps are in flight); ``weight_ring``: 0, or the depth of a ring of
+    k-steps of weights in shared memory that each thread fills for itself with ``cp.async`` (no barrier;
+    ``prefetch`` is then unused); ``min_blocks``: blocks
     that must fit on an SM (``__launch_bounds__``; ptxas keeps registers below ``65536 / (min_blocks * 32 *
     warps)``, spilling if it must; 0 lets it choose).
     """
@@ -139,7 +152,7 @@ class QuantizedMatmul(tilus.Script):
                  units_per_warp: int = 2, block_m: int = 8, stage_activations: bool = False, stages: int = 2,
                  scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "serial",
                  min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0,
-                 tma_activations: Optional[bool] = None):
+                 tma_activations: Optional[bool] = None, weight_ring: int = 0):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -176,6 +189,21 @@ class QuantizedMatmul(tilus.Script):
             raise ScriptError(f"QuantizedMatmul: weight_stages={weight_stages!r} must be 0 (weights straight to "
                               f"registers) or 2 to 16 (a TMA ring in shared memory, sm_90)")
         self.weight_stages = weight_stages
+        if isinstance(weight_ring, bool) or not isinstance(weight_ring, int) or \
+                not (weight_ring == 0 or 2 <= weight_ring <= 16):
+            raise ScriptError(f"QuantizedMatmul: weight_ring={weight_ring!r} must be 0 (weights straight to "
+                              f"registers) or 2 to 16 (a ring of k-steps in shared memory that each thread fills "
+                              f"for itself with cp.async)")
+        if weight_ring and weight_stages:
+            raise ScriptError(f"QuantizedMatmul: weight_ring={weight_ring} and weight_stages={weight_stages} are two "
+                              f"rings for the same weights: give one")
+        if weight_ring and warpgroup_mma:
+            raise ScriptError("QuantizedMatmul: weight_ring is for mma.sync decode; warpgroup_mma takes its weights "
+                              "straight to registers or through weight_stages")
+        if weight_ring and stage_activations and stages != weight_ring:
+            raise ScriptError(f"QuantizedMatmul: with stage_activations, weight_ring={weight_ring} must equal "
+                              f"stages={stages}: a k-step's weights and activations travel in one cp.async group")
+        self.weight_ring = weight_ring
         if not (tma_activations is None or isinstance(tma_activations, bool)) or \
                 (tma_activations and not self.warpgroup_mma):
             raise ScriptError(f"QuantizedMatmul: tma_activations={tma_activations!r} must be None (with warpgroup_mma, "
@@ -224,8 +252,18 @@ class QuantizedMatmul(tilus.Script):
         tma_x = self.tma_activations
         if tma_x is None:  # TMA loads the activations for wgmma when they are 16-byte aligned
             tma_x = self.warpgroup_mma and self.aligned(a_ptr)
+        ring = self.weight_ring
         if self.stage_activations:
             sx = self.shared_tensor(dtype=dtype, shape=[self.stages, kt // chunk, bm, chunk])
+        if ring:  # each thread's own words of a k-step, in the order of `words`: its loads read them back
+            sring = self.shared_tensor(dtype=int32, shape=[ring] + list(words.shape))
+            for j in range(ring - 1):  # (with staged activations, one group a step holds both)
+                self.copy_async(src=gw, dst=sring[j], offsets=[granule0, first + j, 0, 0, 0], dims=[0, 2, 3, 4],
+                                layout=words)
+                if self.stage_activations:
+                    self.stage_activation_tile(ga, sx, j, m0, first + j, chunk)
+                self.copy_async_commit_group()
+        elif self.stage_activations:
             if tma_x:  # the whole activation (the tensor map is encoded before the launch), one barrier a stage
                 ga_tma = self.global_view(a_ptr, dtype=dtype, shape=[m_size, fmt.k])
                 xbars = self.shared_tensor(dtype=uint64, shape=[self.stages])
@@ -252,7 +290,7 @@ class QuantizedMatmul(tilus.Script):
                 if j < steps:
                     self.tma_load(src=gw_tma, dst=sw[j], offsets=[granule0, first + j, 0, 0], dims=[0, 2, 3],
                                   barrier=wbars[j])
-        else:
+        elif not ring:
             for j in list(range(self.prefetch)):
                 ahead.append(self.load_global(gw, offsets=[granule0, first + j, 0, 0, 0], shape=list(words.shape),
                                               dims=[0, 2, 3, 4], layout=words))
@@ -274,6 +312,13 @@ class QuantizedMatmul(tilus.Script):
                     self.tma_load(src=gw_tma, dst=sw[(i + wst - 1) % wst], offsets=[granule0, step + wst - 1, 0, 0],
                                   dims=[0, 2, 3], barrier=wbars[(i + wst - 1) % wst])
                 w_now = self.load_shared(self.reshape_shared(sw[i % wst], list(words.shape)), layout=words)
+            elif ring:  # step i + ring - 1's words into the slot this thread read a step ago
+                self.copy_async(src=gw, dst=sring[(i + ring - 1) % ring], offsets=[granule0, step + ring - 1, 0, 0, 0],
+                                dims=[0, 2, 3, 4], layout=words)
+                if not self.stage_activations:  # (else they join the activations' group below)
+                    self.copy_async_commit_group()
+                    self.copy_async_wait_group(ring - 1)  # this thread's copies of step i have landed
+                    w_now = self.load_shared(sring[i % ring], layout=words)
             else:
                 w_new = self.load_global(gw, offsets=[granule0, step + self.prefetch, 0, 0, 0],
                                          shape=list(words.shape), dims=[0, 2, 3, 4], layout=words)
@@ -295,6 +340,8 @@ class QuantizedMatmul(tilus.Script):
                 self.sync()
                 if not self.warpgroup_mma:
                     x = self.load_shared(sx[i % self.stages, 0].transpose(), layout=b_layout)
+                if ring:
+                    w_now = self.load_shared(sring[i % ring], layout=words)
             else:
                 x_next = self.load_global(ga, offsets=[m0, (step + 1) * kt], shape=[bm, kt], layout=x_layout)
                 x = self.view(x_now, layout=b_layout)
@@ -330,14 +377,14 @@ class QuantizedMatmul(tilus.Script):
                 self.sync()  # every warp has read this stage before a later step refills it
             else:
                 x_now = x_next
-            for queue, new in ((ahead, None if wst else w_new), (s_ahead, s_new), (z_ahead, z_new)):
+            for queue, new in ((ahead, None if wst or ring else w_new), (s_ahead, s_new), (z_ahead, z_new)):
                 for later in list(range(1, len(queue))):
                     self.assign(queue[later - 1], queue[later])
                 if queue:
                     self.assign(queue[-1], new)
         if fmt.per_channel:
             acc = acc * self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32)
-        if self.stage_activations:
+        if self.stage_activations or ring:
             self.copy_async_wait_all()
         if splits == 1:
             go = self.global_view(out_ptr, dtype=dtype, shape=[fmt.n, m_size], strides=[1, fmt.n])  # out^T
@@ -412,22 +459,34 @@ class Config:
     warpgroup_mma: bool = False
     weight_stages: int = 0
     tma_activations: Optional[bool] = None
+    weight_ring: int = 0
 
 
-# (the largest batch served, the weight widths in bits served or None for all, the configuration): the first
-# match wins. Measured on the H100 at 8192x28672, group 128 (scripts/bench_quantized.py; A/B in one process):
+# (the largest batch served, the weight widths in bits served or None for all, the configuration, the blocks
+# an SM should get before K is split no further, the most K splits the row takes or None): the first match
+# whose split stays within its limit wins. Measured on the H100 at 8192x28672, group 128 unless said
+# (scripts/bench_quantized.py; A/B in one process):
+# - up to 8 rows, 3- to 6-bit weights: one unit a warp with the weights through a per-thread cp.async ring
+#   (weight_ring=4; no barrier), K split until the grid fills the ~7 blocks an SM holds at that size: u4
+#   51.6 -> 50.3 us, u3 63.2 -> 62.4, u6 74.3 -> 71.7, fp6 e3m2 82.8 -> 81.1, int4 and fp4 within 1% (49.9 ->
+#   50.2, 63.6 -> 64.2); the ring did not help 2-bit (35.5 -> 38.7) or 8-bit weights (86.4 -> 87.3, fp8 85.5
+#   -> 88.3 at best), and with two units a warp it lost 0.4-1.5 us for every width (so formats whose lanes
+#   pair units take the rows below). Only where that takes at most two splits: 1x11008x4096 (64 blocks of 2
+#   units before) u4 36.8 -> 30.5, u6 45.7 -> 35.9; with 4 or 8 splits it lost (1x4096x11008 u4 20.4 -> 22.4,
+#   1x4096x12288 21.4 -> 24.6, 1x8192x10240 29.1 -> 41.0, 1x28672x8192 even);
 # - up to 8 rows, activations straight to registers, except for 6- to 8-bit weights, whose registers hold
 #   twice the codes: there cp.async-staged activations (ldmatrix) took int8/uint8/fp8 e4m3 from 111-114 us
 #   to 95-97 us and uint6 from 101 to 82 us, while u2/u3/fp4 ran 5-25% slower staged and u4 the same;
 # - 9 to 16 rows, staged activations for every width: u4 113 -> 63 us, u2 93 -> 60, u3 91 -> 70, fp4 97 -> 73,
 #   8-bit 133 -> 96-100; with two k-steps of weights in flight for 4-bit weights (u4 63 against 73 with one),
 #   one for the others (8-bit 96-100 against 110-113 with two).
-CONFIGS = ((8, (6, 7, 8), Config(block_m=8, prefetch=2, stage_activations=True, stages=3)),
-           (8, None, Config(block_m=8, prefetch=2)),
-           (16, (4,), Config(block_m=16, prefetch=2, stage_activations=True, stages=3)),
-           (16, None, Config(block_m=16, prefetch=1, stage_activations=True, stages=3)),
-           (48, None, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True)),
-           (None, None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True)))
+CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, weight_ring=4), 6, 2),
+           (8, (6, 7, 8), Config(block_m=8, prefetch=2, stage_activations=True, stages=3), 2, None),
+           (8, None, Config(block_m=8, prefetch=2), 2, None),
+           (16, (4,), Config(block_m=16, prefetch=2, stage_activations=True, stages=3), 2, None),
+           (16, None, Config(block_m=16, prefetch=1, stage_activations=True, stages=3), 2, None),
+           (48, None, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True), 2, None),
+           (None, None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True), 2, None))
 _KERNELS: dict = {}
 
 
@@ -449,22 +508,27 @@ WGMMA_SMALL = Config(warps=4, units_per_warp=2, block_m=64, stage_activations=Tr
 def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
     (``wgmma``: an sm_90a GPU): the table's for the batch; K is split (``split_k``) while the grid has
-    fewer than two blocks per SM and every split keeps at least 8 k-steps (not with wgmma, whose rows
-    were measured unsplit)."""
+    fewer blocks per SM than the table's row asks (two, or six for the ring row's small blocks) and every
+    split keeps at least 8 k-steps (not with wgmma, whose rows were measured unsplit); a row that would
+    need more splits than it allows (the ring row: two) leaves the batch to the next."""
     if wgmma and m >= WGMMA_MIN_ROWS:
         config = next(c for limit, c in WGMMA_CONFIGS if limit is None or m <= limit)
         units = max(config.units_per_warp, fmt.units) // fmt.units * fmt.units
         if -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16)) < multiprocessors // 2:
             config, units = WGMMA_SMALL, max(WGMMA_SMALL.units_per_warp, fmt.units)
         return replace(config, units_per_warp=units)
-    config = next(c for limit, widths, c in CONFIGS
-                  if (limit is None or m <= limit) and (widths is None or fmt.dtype.nbits in widths))
-    units = max(config.units_per_warp, fmt.units) // fmt.units * fmt.units
-    blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16))
-    steps, splits = fmt.k // fmt.kt, 1
-    while blocks * splits < 2 * multiprocessors and steps % (2 * splits) == 0 and steps // (2 * splits) >= 8:
-        splits *= 2
-    return replace(config, units_per_warp=units, split_k=splits)
+    for limit, widths, config, per_sm, max_split in CONFIGS:
+        if not ((limit is None or m <= limit) and (widths is None or fmt.dtype.nbits in widths)
+                and config.units_per_warp % fmt.units == 0):
+            continue
+        units = max(config.units_per_warp, fmt.units) // fmt.units * fmt.units
+        blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16))
+        steps, splits = fmt.k // fmt.kt, 1
+        while blocks * splits < per_sm * multiprocessors and steps % (2 * splits) == 0 and steps // (2 * splits) >= 8:
+            splits *= 2
+        if max_split is None or splits <= max_split:
+            return replace(config, units_per_warp=units, split_k=splits)
+    raise AssertionError("the last row of CONFIGS serves every batch")
 
 
 def kernel_for(fmt: WeightFormat, dtype: Any, zero_points: bool, config: Config) -> QuantizedMatmul:

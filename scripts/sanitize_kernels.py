@@ -129,8 +129,8 @@ def library_kernels(cuda):
     check("rms_norm 37x1000", rms_norm(x, w), F.rms_norm(x.float(), (1000,), w.float(), 1e-6), 2e-2)
     long_rows = torch.randn(5, 20000, dtype=torch.float16, **cuda)
     check("softmax online 5x20000", softmax(long_rows, online=True), torch.softmax(long_rows.float(), -1), 1e-3)
-    # the table's load paths: activations to registers (u4 at 1 and 5 rows), staged through shared memory
-    # (u4 at 12 rows, uint8 at 3 rows, and the large-batch path at 70 rows)
+    # the table's load paths: the per-thread weight ring (u4 at 1 and 5 rows), activations staged through
+    # shared memory (u4 at 12 rows, uint8 at 3 rows, and the large-batch path at 70 rows)
     for name, codes_max, m, n, k in (("uint4b", 16, 1, 200, 384), ("uint4b", 16, 5, 72, 512),
                                       ("uint4b", 16, 12, 72, 512), ("uint8", 256, 3, 72, 512),
                                       ("uint4b", 16, 70, 130, 256)):
@@ -147,6 +147,12 @@ def library_kernels(cuda):
                 for launch in range(2):
                     check(f"quantized_matmul {name} g128 {m}x{n}x{k} {reduce} split-K launch {launch}",
                           quantized_matmul(a, packed, scales, config=config), a.float() @ weight.float(), 5e-2)
+        if name == "uint4b" and m <= 16 and k // 128 % 2 == 0:
+            # the weight ring split in two (the copies past a split masked), alone and with staged activations
+            ring = Config(units_per_warp=1, block_m=8 if m <= 8 else 16, weight_ring=3, split_k=2,
+                          stage_activations=m > 8, stages=3)
+            check(f"quantized_matmul {name} g128 {m}x{n}x{k} weight ring, split-K",
+                  quantized_matmul(a, packed, scales, config=ring), a.float() @ weight.float(), 5e-2)
 
 if __name__ == "__main__":
     main()

@@ -184,16 +184,9 @@ class QuantizedMatmul(tilus.Script):
             raise ScriptError(f"QuantizedMatmul: min_blocks={min_blocks} must be in [0, 32] (0: no bound)")
         self.split_k, self.prefetch, self.split_reduce, self.min_blocks = split_k, prefetch, split_reduce, min_blocks
         self.warpgroup_mma = bool(warpgroup_mma)
-        if isinstance(weight_stages, bool) or not isinstance(weight_stages, int) or \
-                not (weight_stages == 0 or 2 <= weight_stages <= 16):
-            raise ScriptError(f"QuantizedMatmul: weight_stages={weight_stages!r} must be 0 (weights straight to "
-                              f"registers) or 2 to 16 (a TMA ring in shared memory, sm_90)")
-        self.weight_stages = weight_stages
-        if isinstance(weight_ring, bool) or not isinstance(weight_ring, int) or \
-                not (weight_ring == 0 or 2 <= weight_ring <= 16):
-            raise ScriptError(f"QuantizedMatmul: weight_ring={weight_ring!r} must be 0 (weights straight to "
-                              f"registers) or 2 to 16 (a ring of k-steps in shared memory that each thread fills "
-                              f"for itself with cp.async)")
+        self.weight_stages = _ring_depth("weight_stages", weight_stages, "a TMA ring in shared memory, sm_90")
+        self.weight_ring = _ring_depth("weight_ring", weight_ring, "a ring of k-steps in shared memory that each "
+                                                                   "thread fills for itself with cp.async")
         if weight_ring and weight_stages:
             raise ScriptError(f"QuantizedMatmul: weight_ring={weight_ring} and weight_stages={weight_stages} are two "
                               f"rings for the same weights: give one")
@@ -203,7 +196,6 @@ class QuantizedMatmul(tilus.Script):
         if weight_ring and stage_activations and stages != weight_ring:
             raise ScriptError(f"QuantizedMatmul: with stage_activations, weight_ring={weight_ring} must equal "
                               f"stages={stages}: a k-step's weights and activations travel in one cp.async group")
-        self.weight_ring = weight_ring
         if not (tma_activations is None or isinstance(tma_activations, bool)) or \
                 (tma_activations and not self.warpgroup_mma):
             raise ScriptError(f"QuantizedMatmul: tma_activations={tma_activations!r} must be None (with warpgroup_mma, "
@@ -422,6 +414,14 @@ class QuantizedMatmul(tilus.Script):
                 self.tma_load(src=ga, dst=sx[stage, h], offsets=offsets, barrier=barrier)
 
 
+def _ring_depth(name: str, depth: Any, ring: str) -> int:
+    """``depth``, checked to be 0 (weights straight to registers) or the 2 to 16 k-steps of ``ring``."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or not (depth == 0 or 2 <= depth <= 16):
+        raise ScriptError(f"QuantizedMatmul: {name}={depth!r} must be 0 (weights straight to registers) or 2 to 16 "
+                          f"({ring})")
+    return depth
+
+
 class SplitKSum(tilus.Script):
     """``out[i] = sum_s workspace[s, i]`` (float32 partial sums of ``splits`` splits, cast to ``dtype``)."""
 
@@ -521,13 +521,12 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         if not ((limit is None or m <= limit) and (widths is None or fmt.dtype.nbits in widths)
                 and config.units_per_warp % fmt.units == 0):
             continue
-        units = max(config.units_per_warp, fmt.units) // fmt.units * fmt.units
-        blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16))
+        blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * config.units_per_warp * 16))
         steps, splits = fmt.k // fmt.kt, 1
         while blocks * splits < per_sm * multiprocessors and steps % (2 * splits) == 0 and steps // (2 * splits) >= 8:
             splits *= 2
         if max_split is None or splits <= max_split:
-            return replace(config, units_per_warp=units, split_k=splits)
+            return replace(config, split_k=splits)
     raise AssertionError("the last row of CONFIGS serves every batch")
 
 

@@ -148,6 +148,7 @@ def config_text(config: Config) -> str:
             + (f" tma{config.weight_stages}" if config.weight_stages else "")
             + (f" ring{config.weight_ring}" if config.weight_ring else "")
             + (" cp.async-x" if config.warpgroup_mma and config.tma_activations is False else "")
+            + (" released" if config.release_barriers else "")
             + (" +SplitKSum" if config.split_k > 1 and config.split_reduce == "kernel" else ""))
 
 
@@ -161,7 +162,7 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     if config is None and WEIGHT_STAGES and not chosen.warpgroup_mma:
         chosen = replace(chosen, weight_stages=WEIGHT_STAGES, weight_ring=0)
     if config is None and NO_TMA_ACTIVATIONS and chosen.warpgroup_mma:
-        chosen = replace(chosen, tma_activations=False)
+        chosen = replace(chosen, tma_activations=False, release_barriers=False)
     if tune:
         call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, tune=True)  # noqa: E731
     else:

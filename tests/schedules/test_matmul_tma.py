@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tilus_tvm as tilus
-from tilus_tvm import float16, int32, uint64
+from tilus_tvm import float16, float32, int32, uint64
 from tilus_tvm.errors import CompileError, ScriptError
 from tilus_tvm.instructions.tma import swizzle_for, tma_layout
 from tilus_tvm.ir import inst as ir
@@ -39,6 +39,41 @@ class TileCopy(tilus.Script):
         self.store_global(go, values, offsets=[self.blockIdx.x * rows, self.blockIdx.y * cols])
 
 
+class ReleasedRing(tilus.Script):
+    """out[m, :cols] = the sum of x's column tiles, each tile through a ring of ``stages`` TMA stages that every
+    thread releases with mbarrier_arrive and the issuing thread waits for (tma_load(after=)) before refilling."""
+
+    def __init__(self, stages: int = 2, rows: int = 64, cols: int = 64):
+        super().__init__()
+        self.stages, self.rows, self.cols = stages, rows, cols
+
+    def __call__(self, m: int32, tiles: int32, x_ptr: ~float16, out_ptr: ~float32):
+        rows, cols, stages = self.rows, self.cols, self.stages
+        self.attrs.blocks = [self.utils.ceil_div(m, rows)]
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m, tiles * cols])
+        go = self.global_view(out_ptr, dtype=float32, shape=[m, cols])
+        ring = self.shared_tensor(dtype=float16, shape=[stages, rows, cols])
+        full = self.shared_tensor(dtype=uint64, shape=[stages])
+        free = self.shared_tensor(dtype=uint64, shape=[stages])
+        self.mbarrier_init(full, arrivals=1)
+        self.mbarrier_init(free, arrivals=self.attrs.warps * 32)
+        m0 = self.blockIdx.x * rows
+        total = self.register_tensor(dtype=float32, shape=[rows, cols], init=0.0)
+        for j in range(stages - 1):
+            if j < tiles:
+                self.tma_load(src=gx, dst=ring[j], offsets=[m0, j * cols], barrier=full[j])
+        for t in range(tiles):
+            ahead = t + stages - 1
+            if ahead < tiles:  # that stage's previous tile, t - 1, released by every thread
+                self.tma_load(src=gx, dst=ring[ahead % stages], offsets=[m0, ahead * cols], barrier=full[ahead % stages],
+                              after=(free[ahead % stages], (ahead // stages + 1) % 2))
+            self.mbarrier_wait(full[t % stages], t // stages % 2)
+            total = total + self.load_shared(ring[t % stages]).to(float32)
+            self.mbarrier_arrive(free[t % stages])
+        self.store_global(go, total, offsets=[m0, 0])
+
+
 def meta(*shape):
     return torch.empty(*shape, dtype=torch.float16, device="meta")
 
@@ -69,6 +104,21 @@ def test_tile_copy_compiles_to_tensor_map_and_bulk_copy():
     lowered = lower_specialized(kernel, specs, spec)
     (tile, bars) = [inst.output for inst in instructions(lowered.func.body) if isinstance(inst, ir.AllocateShared)]
     assert tile.layout.swizzle == Swizzle(3, 3, 3) and lowered.plan.offset_of(tile) % 1024 == 0
+
+
+def test_released_ring_lowers_to_arrive_and_a_guarded_wait():
+    """mbarrier_arrive: one arrival by every thread; tma_load(after=): thread 0 alone waits for the release, then
+    arrives expecting the bytes and issues the copy (no __syncthreads in the loop)."""
+    x = torch.zeros(128, 64 * 5, dtype=torch.float16)
+    compiled = ReleasedRing(3).compile(128, 5, x, torch.zeros(128, 64), target="sm_90")
+    assert "mbarrier.arrive.shared.b64 _" in compiled.ptx
+    body = compiled.cuda_source[compiled.cuda_source.rindex("__global__"):]
+    first_wait = body.index("tvm_builtin_cuda_mbarrier_wait(")  # the release's: in thread 0's branch
+    branch = body[:first_wait].rindex("if (((int)threadIdx.x) == 0) {")
+    assert "}" not in body[branch:first_wait]
+    loop = body[first_wait:]
+    assert loop.index("arrive_expect_tx") < loop.index("}") < loop.index("mbarrier_arrive_nocount")
+    assert "__syncthreads" not in loop
 
 
 def test_matmul_tma_ptx():
@@ -138,6 +188,12 @@ def test_errors():
                 self.tma_load(src=gx, dst=tile, offsets=[0, 0], barrier=wrong[0])
             elif self.case == "phase":
                 self.mbarrier_wait(bars[0], 2)
+            elif self.case in ("after", "after_phase"):
+                tile = self.shared_tensor(dtype=float16, shape=[64, 64])
+                after = bars[0] if self.case == "after" else (bars[0], 3)
+                self.tma_load(src=gx, dst=tile, offsets=[0, 0], barrier=bars[0], after=after)
+            elif self.case == "arrive":
+                self.mbarrier_arrive(bars)
             else:
                 self.aligned(gx)
 
@@ -145,6 +201,9 @@ def test_errors():
                           ("arrivals", "arrivals must be a compile-time int"),
                           ("box", "TMA copies boxes of at most 256 along each dimension"),
                           ("phase", "phase must be 0 or 1"),
+                          ("after", r"after must be None or \(bars\[j\], phase\)"),
+                          ("after_phase", "tma_load: phase must be 0 or 1"),
+                          ("arrive", "mbarrier_arrive: barrier must be one element"),
                           ("aligned", "aligned: expected a pointer parameter")):
         with pytest.raises(ScriptError, match=message):
             Misused(case).compile(torch.zeros(512, 64, dtype=torch.float16), target="sm_90")
@@ -157,6 +216,15 @@ def test_tile_copy_matches(m, n):
     out = torch.full_like(x, float("nan"))
     TileCopy(64, 64)(m, n, x, out)
     torch.testing.assert_close(out, x, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages, m, tiles", [(2, 64, 7), (3, 130, 9), (4, 100, 2)])
+def test_released_ring_matches(stages, m, tiles):
+    x = torch.randn(m, tiles * 64, dtype=torch.float16, device="cuda")
+    out = torch.full((m, 64), float("nan"), device="cuda")
+    ReleasedRing(stages)(m, tiles, x, out)
+    torch.testing.assert_close(out, x.float().view(m, tiles, 64).sum(1), rtol=1e-5, atol=1e-3)
 
 
 @pytest.mark.gpu

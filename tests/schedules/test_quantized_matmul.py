@@ -168,6 +168,24 @@ def test_wgmma_activations_by_tma():
         QuantizedMatmul(fmt, tma_activations=True)
 
 
+def test_wgmma_stages_released_by_barriers():
+    """release_barriers: every thread arrives on its stage's release barrier after its wgmma, and only the thread
+    that refills the stage waits for it: no block-wide barrier in the k-loop (with cp.async activations the
+    option is refused)."""
+    fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
+    config = replace(choose_config(256, fmt, wgmma=True), release_barriers=True)
+    _, compiled = compile_kernel(fmt, 256, config, target="sm_90a")
+    body = compiled.cuda_source[compiled.cuda_source.rindex("__global__"):]
+    loop = body[body.index("tilus_wgmma_fence"):body.rindex("mbarrier_arrive_nocount")]
+    assert "__syncthreads" not in loop and "mbarrier.arrive.shared.b64 _" in ptx(compiled, "sm_90a")
+    _, synced = compile_kernel(fmt, 256, replace(config, release_barriers=False), target="sm_90a")
+    assert "mbarrier_arrive_nocount" not in synced.cuda_source
+    for kwargs in ({}, {"warpgroup_mma": True, "warps": 4, "stage_activations": True, "scale_weights": True,
+                        "tma_activations": False}):
+        with pytest.raises(ScriptError, match="release_barriers is for activations loaded by TMA"):
+            QuantizedMatmul(fmt, release_barriers=True, **kwargs)
+
+
 @pytest.mark.parametrize("name,group,m,zero_points,dtype", [
     ("int3b", 32, 5, True, torch.float16), ("float8_e4m3", None, 16, False, torch.bfloat16),
     ("float6_e3m2", 64, 96, False, torch.float16), ("uint2b", 128, 200, True, torch.bfloat16),

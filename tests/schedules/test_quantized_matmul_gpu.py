@@ -98,6 +98,22 @@ def test_warpgroup_mma(name, m, group, zero_points, dtype, units, block_m):
           config=replace(WARPGROUP_MMA, units_per_warp=units, block_m=block_m))
 
 
+@pytest.mark.parametrize("name,m,k,group,zero_points,units,block_m,warps,stages,split", [
+    ("uint4b", 256, 2048, 128, False, 1, 256, 8, 3, 1), ("int4b", 200, 1024, 64, True, 2, 128, 8, 4, 1),
+    ("float8_e4m3", 77, 1536, None, False, 2, 64, 4, 3, 1), ("int3b", 130, 1024, 32, False, 2, 128, 4, 2, 2),
+    ("uint2b", 64, 4096, 128, False, 1, 64, 8, 3, 2)])
+def test_warpgroup_mma_stages_released_by_barriers(name, m, k, group, zero_points, units, block_m, warps, stages, split):
+    """release_barriers: each activation stage is released by an mbarrier every thread arrives on, and only the
+    thread that refills it waits, so the warpgroups drift apart; long K (16-32 k-steps: every stage reused many
+    times, its barriers through both parities), against torch, twice (new data, the same kernel)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90a")
+    config = Config(warps=warps, units_per_warp=units, block_m=block_m, stage_activations=True, stages=stages,
+                    scale_weights=True, warpgroup_mma=True, release_barriers=True, split_k=split)
+    for seed in (0, 1):
+        check(name, m, k, 320, group, seed=seed, zero_points=zero_points, config=config)
+
+
 @pytest.mark.parametrize("name,m,k,n,group,split,stages", [
     ("uint4b", 1, 4096, 1024, 128, 2, 4), ("uint2b", 3, 2048, 640, 64, 1, 3), ("int3b", 16, 1024, 300, None, 1, 6),
     ("uint8", 8, 1024, 256, 128, 2, 2), ("float6_e3m2", 1, 2048, 512, 32, 4, 4), ("float4_e2m1", 5, 384, 77, 64, 1, 8)])

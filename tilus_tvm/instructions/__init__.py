@@ -21,7 +21,7 @@ its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.regist
     wgmma.py           Wgmma (Hopper's wgmma.mma_async), WgmmaFence, WgmmaCommitGroup, WgmmaWaitGroup,
                        FenceProxyAsync (sm_90)
     tma.py             TmaLoad (cp.async.bulk.tensor, tensor maps encoded on the host), MbarrierInit,
-                       MbarrierWait (sm_90)
+                       MbarrierWait, MbarrierArrive (sm_90)
 
 Importing this package registers all of them.
 """

@@ -1,4 +1,5 @@
-"""Hopper's tensor memory accelerator (TMA) and ``mbarrier``: ``TmaLoad``, ``MbarrierInit``, ``MbarrierWait``.
+"""Hopper's tensor memory accelerator (TMA) and ``mbarrier``: ``TmaLoad``, ``MbarrierInit``, ``MbarrierWait``,
+``MbarrierArrive``.
 
 TMA copies a tile described by a *tensor map*: a 128-byte descriptor of the global tensor (its base,
 extents and byte strides), of the box copied at a time, and of the swizzle to apply in shared memory.
@@ -203,6 +204,8 @@ def emit_tma_load(ctx: CodegenContext, inst: ir.TmaLoad) -> None:
     smem = _shared_address(ctx, dst)
     with Tb.If(ctx.tx == 0):
         with Tb.Then():
+            if inst.after is not None:  # the readers of the stage have released it
+                Tb.evaluate(ptx.emit_mbarrier_wait(_generic_address(ctx, inst.after), _phase(inst.after_phase)))
             Tb.evaluate(ptx.emit_mbarrier_arrive_expect_tx(bar, nbytes))
             Tb.evaluate(ptx.emit_tma_load(smem, tirx.address_of(tensor_map), list(reversed(coords)), bar))
 
@@ -216,10 +219,22 @@ def emit_mbarrier_init(ctx: CodegenContext, inst: ir.MbarrierInit) -> None:
     sync_threads()
 
 
+def _generic_address(ctx: CodegenContext, barrier: SharedTensor) -> Any:
+    """The generic pointer to one ``mbarrier`` (``bars[i]``)."""
+    buffer, offset = ctx.shared_element(barrier, [])
+    return tirx.address_of(tirx.BufferLoad(buffer, [offset]))
+
+
+def _phase(phase: Any) -> Any:
+    return phase if not isinstance(phase, int) else tirx.const(phase, "int32")
+
+
 def emit_mbarrier_wait(ctx: CodegenContext, inst: ir.MbarrierWait) -> None:
-    buffer, offset = ctx.shared_element(inst.barrier, [])
-    phase = inst.phase if not isinstance(inst.phase, int) else tirx.const(inst.phase, "int32")
-    Tb.evaluate(ptx.emit_mbarrier_wait(tirx.address_of(tirx.BufferLoad(buffer, [offset])), phase))
+    Tb.evaluate(ptx.emit_mbarrier_wait(_generic_address(ctx, inst.barrier), _phase(inst.phase)))
+
+
+def emit_mbarrier_arrive(ctx: CodegenContext, inst: ir.MbarrierArrive) -> None:
+    Tb.evaluate(ptx.emit_mbarrier_arrive(_shared_address(ctx, inst.barrier)))
 
 
 def shared_layouts_tma(inst: ir.TmaLoad) -> list:
@@ -230,3 +245,4 @@ def shared_layouts_tma(inst: ir.TmaLoad) -> list:
 register(ir.TmaLoad, FAMILY, emit=emit_tma_load, shared_layouts=shared_layouts_tma)
 register(ir.MbarrierInit, FAMILY, emit=emit_mbarrier_init)
 register(ir.MbarrierWait, FAMILY, emit=emit_mbarrier_wait)
+register(ir.MbarrierArrive, FAMILY, emit=emit_mbarrier_arrive)

@@ -43,6 +43,11 @@ def emit_mbarrier_arrive_expect_tx(barrier: Any, nbytes: int) -> Any:
     return _T().ptx.mbarrier.arrive.expect_tx.shared.b64(barrier, tirx.const(nbytes, "uint32"))
 
 
+def emit_mbarrier_arrive(barrier: Any) -> Any:
+    """``mbarrier.arrive.shared.b64 _, [barrier]``: one arrival of this thread (release at block scope)."""
+    return _T().ptx.mbarrier.arrive.shared.b64(barrier)
+
+
 def emit_tma_load(destination: Any, tensor_map: Any, coordinates: Sequence[Any], barrier: Any) -> Any:
     """``cp.async.bulk.tensor.{rank}d`` of the box at ``coordinates`` (innermost first, int32) of the tensor
     map at generic address ``tensor_map`` into shared address ``destination``, completing on ``barrier``."""

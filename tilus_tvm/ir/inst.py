@@ -279,6 +279,14 @@ class MbarrierWait(Instruction):
 
 
 @dataclass(eq=False)
+class MbarrierArrive(Instruction):
+    """Every thread arrives once on ``barrier`` (one element of a uint64 shared tensor), releasing what it
+    did before (``mbarrier.arrive``, release semantics at block scope)."""
+
+    barrier: SharedTensor
+
+
+@dataclass(eq=False)
 class TmaLoad(Instruction):
     """Hopper's tensor memory accelerator copies the tile ``src[offsets...]`` (shape ``dst.shape``, along
     ``dims``) into ``dst``: thread 0 arrives on ``barrier`` expecting the tile's bytes and issues
@@ -290,6 +298,10 @@ class TmaLoad(Instruction):
     offsets: tuple[Any, ...]
     dims: tuple[int, ...]
     barrier: SharedTensor
+    # the issuing thread first waits for this barrier's phase of parity after_phase (the release of the stage by
+    # the threads that read it last), or None
+    after: Optional[SharedTensor] = None
+    after_phase: Any = None
 
 
 @dataclass(eq=False)

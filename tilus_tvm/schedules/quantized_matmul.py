@@ -143,7 +143,10 @@ class QuantizedMatmul(tilus.Script):
     the depth of a ring of k-steps of weights that TMA fills in shared memory (Hopper; ``prefetch`` is
     then unused: ``weight_stages - 1`` steps are in flight); ``weight_ring``: 0, or the depth of a ring of
     k-steps of weights in shared memory that each thread fills for itself with ``cp.async`` (no barrier;
-    ``prefetch`` is then unused); ``min_blocks``: blocks
+    ``prefetch`` is then unused); ``release_barriers`` (``warpgroup_mma`` with activations by TMA): each
+    activation stage is released by a barrier that every thread arrives on once its ``wgmma`` have read it, and
+    only the thread that refills the stage waits for it, instead of a block-wide barrier every k-step, so the
+    warpgroups drift apart and one converts its weights while the other's ``wgmma`` run; ``min_blocks``: blocks
     that must fit on an SM (``__launch_bounds__``; ptxas keeps registers below ``65536 / (min_blocks * 32 *
     warps)``, spilling if it must; 0 lets it choose).
     """
@@ -152,7 +155,7 @@ class QuantizedMatmul(tilus.Script):
                  units_per_warp: int = 2, block_m: int = 8, stage_activations: bool = False, stages: int = 2,
                  scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "serial",
                  min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0,
-                 tma_activations: Optional[bool] = None, weight_ring: int = 0):
+                 tma_activations: Optional[bool] = None, weight_ring: int = 0, release_barriers: bool = False):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -201,6 +204,10 @@ class QuantizedMatmul(tilus.Script):
             raise ScriptError(f"QuantizedMatmul: tma_activations={tma_activations!r} must be None (with warpgroup_mma, "
                               f"when the activations are 16-byte aligned), True (warpgroup_mma only) or False")
         self.tma_activations = tma_activations
+        if release_barriers and (not self.warpgroup_mma or tma_activations is False):
+            raise ScriptError("QuantizedMatmul: release_barriers is for activations loaded by TMA (warpgroup_mma, "
+                              "tma_activations None or True)")
+        self.release_barriers = bool(release_barriers)
         if self.warpgroup_mma:
             if warps % 4 or not stage_activations or not (scale_weights or fmt.per_channel):
                 raise ScriptError(f"QuantizedMatmul: warpgroup_mma needs whole warpgroups (warps={warps}), staged activations "
@@ -260,6 +267,9 @@ class QuantizedMatmul(tilus.Script):
                 ga_tma = self.global_view(a_ptr, dtype=dtype, shape=[m_size, fmt.k])
                 xbars = self.shared_tensor(dtype=uint64, shape=[self.stages])
                 self.mbarrier_init(xbars, arrivals=kt // chunk)
+                if self.release_barriers:  # every thread releases a stage it has read
+                    xfree = self.shared_tensor(dtype=uint64, shape=[self.stages])
+                    self.mbarrier_init(xfree, arrivals=warps * 32)
             for s in range(self.stages - 1):
                 if tma_x:
                     if s < steps:
@@ -316,11 +326,14 @@ class QuantizedMatmul(tilus.Script):
                                          shape=list(words.shape), dims=[0, 2, 3, 4], layout=words)
                 w_now = ahead[0]
             if self.stage_activations and tma_x:
-                # step i's activations have landed; step i - 1's stage is free (the sync that ends a step)
+                # step i's activations have landed; step i - 1's stage is free: the sync that ends a step, or
+                # with release_barriers, the thread that issues the copy waits for that stage's release (its
+                # (i - 1) // stages-th phase; parity 1 passes at once on a fresh barrier, for the first steps)
                 stage_ahead = i + self.stages - 1
                 if stage_ahead < steps:
-                    self.stage_activation_tile(ga_tma, sx, stage_ahead % self.stages, m0, first + stage_ahead, chunk,
-                                               xbars[stage_ahead % self.stages])
+                    slot = stage_ahead % self.stages
+                    after = (xfree[slot], (stage_ahead // self.stages + 1) % 2) if self.release_barriers else None
+                    self.stage_activation_tile(ga_tma, sx, slot, m0, first + stage_ahead, chunk, xbars[slot], after)
                 self.mbarrier_wait(xbars[i % self.stages], i // self.stages % 2)
             elif self.stage_activations:
                 stage_ahead = i + self.stages - 1
@@ -365,7 +378,9 @@ class QuantizedMatmul(tilus.Script):
                 zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
                 partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
                 acc = acc + partial * s_ahead[0].to(float32)
-            if self.stage_activations:
+            if self.stage_activations and tma_x and self.release_barriers:
+                self.mbarrier_arrive(xfree[i % self.stages])  # this thread's wgmma have read the stage
+            elif self.stage_activations:
                 self.sync()  # every warp has read this stage before a later step refills it
             else:
                 x_now = x_next
@@ -402,16 +417,17 @@ class QuantizedMatmul(tilus.Script):
                                    strides=[m_size * fmt.n, 1, fmt.n])
             self.store_global(gws, acc, offsets=[self.blockIdx.z, n0, m0], dims=[1, 2])
 
-    def stage_activation_tile(self, ga, sx, stage, m0, step, chunk, barrier=None):
+    def stage_activation_tile(self, ga, sx, stage, m0, step, chunk, barrier=None, after=None):
         """The activations of k-step ``step`` (rows from ``m0``) into ``sx[stage]``, ``chunk`` columns a tile:
-        by TMA signalling ``barrier``, or (None) by ``cp.async``."""
+        by TMA signalling ``barrier`` (once ``after``, a barrier and phase, if given), or (None) by ``cp.async``."""
         kt = self.fmt.kt
         for h in list(range(kt // chunk)):
             offsets = [m0, step * kt + h * chunk]
             if barrier is None:
                 self.copy_async(src=ga, dst=sx[stage, h], offsets=offsets)
             else:
-                self.tma_load(src=ga, dst=sx[stage, h], offsets=offsets, barrier=barrier)
+                self.tma_load(src=ga, dst=sx[stage, h], offsets=offsets, barrier=barrier,
+                              after=after if h == 0 else None)
 
 
 def _ring_depth(name: str, depth: Any, ring: str) -> int:
@@ -460,6 +476,7 @@ class Config:
     weight_stages: int = 0
     tma_activations: Optional[bool] = None
     weight_ring: int = 0
+    release_barriers: bool = False
 
 
 # (the largest batch served, the weight widths in bits served or None for all, the configuration, the blocks
@@ -494,10 +511,14 @@ _KERNELS: dict = {}
 # activations as its shared B operand, two warpgroups a block. H200, u4 g128, 8192 x 28672, A/B in one
 # process against the mma.sync rows above: 64 rows 138.8 -> 94.0 us, 128 rows 241.6 -> 130.9, 256 rows
 # 436.6 -> 254.4, 512 rows 807.1 -> 496.6 (torch.matmul on float16 weights: 117.2, 125.5, 181.2, 309.0).
+# From 65 rows the activation stages are released by barriers (release_barriers), so that one warpgroup
+# converts while the other's wgmma run; H100, A/B in one process: 128 rows 135.3 -> 120.5 us, 256 rows 254.8
+# -> 217.7 (fp8 272.4 -> 229.8), 256 x 4096 x 11008 69.3 -> 56.3; 64 rows (one 64-channel unit a warp)
+# 83.3 -> 86.4, not taken.
 WGMMA_CONFIGS = ((64, Config(warps=8, units_per_warp=1, block_m=64, stage_activations=True, stages=3,
                              scale_weights=True, warpgroup_mma=True)),
                  (None, Config(warps=8, units_per_warp=2, block_m=128, stage_activations=True, stages=3,
-                               scale_weights=True, warpgroup_mma=True)))
+                               scale_weights=True, warpgroup_mma=True, release_barriers=True)))
 WGMMA_MIN_ROWS = 49
 # ... and when those tiles leave more than half the SMs without a block (a 7B model's 11008 channels at
 # 128 rows: 43 blocks), one warpgroup of 128 channels and 64 rows (128 x 4096 x 11008: 69.2 -> 50.8 us)

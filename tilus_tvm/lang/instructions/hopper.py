@@ -27,6 +27,17 @@ signals an ``mbarrier`` in shared memory when the bytes have landed:
 
 ``wgmma`` reads what TMA wrote without a fence (both are the async proxy); before TMA overwrites a tile
 that ``wgmma`` read, wait for that ``wgmma`` (``wgmma_wait_group``) and :meth:`sync`. TMA needs sm_90.
+
+Or release each stage with a second ring of barriers, so that only the thread that refills a stage waits
+for its readers and warpgroups need not keep in step:
+
+    empty = self.shared_tensor(dtype=uint64, shape=[stages])
+    self.mbarrier_init(empty, arrivals=self.attrs.warps * 32)    # every thread releases
+    ...                                                           # step k reads stage s = k % stages
+    self.wgmma_wait_group(0)
+    self.mbarrier_arrive(empty[s])                                # this thread is done with stage s
+    ...                                                           # stage s's next tile, k + stages:
+    self.tma_load(src=ga, dst=sa[s], offsets=[m0, k0], barrier=bars[s], after=(empty[s], k // stages % 2))
 """
 from __future__ import annotations
 
@@ -43,6 +54,13 @@ def _barrier(op: str, barrier) -> SharedTensor:
         raise ScriptError(f"{op}: barrier must be one element of a uint64 shared tensor (bars[i] of "
                           f"self.shared_tensor(dtype=uint64, shape=[n]) given to mbarrier_init), got {barrier!r}")
     return barrier
+
+
+def _check_phase(op: str, phase) -> None:
+    if isinstance(phase, bool) or not is_scalar(phase) or isinstance(phase, float):
+        raise ScriptError(f"{op}: phase must be an int or an integer scalar (0 or 1), got {phase!r}")
+    if isinstance(phase, int) and phase not in (0, 1):
+        raise ScriptError(f"{op}: phase must be 0 or 1 (the parity of the phase), got {phase}")
 
 
 class HopperInstructions(InstructionBase):
@@ -66,13 +84,18 @@ class HopperInstructions(InstructionBase):
         """Wait until ``barrier`` (``bars[i]``) has completed its phase of parity ``phase`` (0 or 1, an int
         or a run-time integer scalar: a barrier's phases alternate 0, 1, 0, ... from its initialisation)."""
         barrier = _barrier("mbarrier_wait", barrier)
-        if isinstance(phase, bool) or not is_scalar(phase) or isinstance(phase, float):
-            raise ScriptError(f"mbarrier_wait: phase must be an int or an integer scalar (0 or 1), got {phase!r}")
-        if isinstance(phase, int) and phase not in (0, 1):
-            raise ScriptError(f"mbarrier_wait: phase must be 0 or 1 (the parity of the phase), got {phase}")
+        _check_phase("mbarrier_wait", phase)
         self._builder("mbarrier_wait").emit(ir.MbarrierWait(barrier, phase))
 
-    def tma_load(self, src: GlobalTensor, dst: SharedTensor, offsets, barrier: SharedTensor, dims=None) -> None:
+    def mbarrier_arrive(self, barrier: SharedTensor) -> None:
+        """Every thread arrives once on ``barrier`` (``bars[i]``), with release semantics: what it did
+        before, its reads of shared memory included, is ordered before whatever waits for the phase.
+        A barrier released this way by every thread of the block is initialised with
+        ``arrivals=self.attrs.warps * 32``; ``tma_load(after=...)`` waits for it before refilling a stage."""
+        self._builder("mbarrier_arrive").emit(ir.MbarrierArrive(_barrier("mbarrier_arrive", barrier)))
+
+    def tma_load(self, src: GlobalTensor, dst: SharedTensor, offsets, barrier: SharedTensor, dims=None,
+                 after=None) -> None:
         """Copy the tile ``src[offsets...]`` of ``dst``'s shape into ``dst`` with the tensor memory
         accelerator (module docstring). ``offsets`` has one entry per dimension of ``src``; ``dims`` names
         the dimensions of ``src`` the tile runs along (default: the last ``len(dst.shape)``). Elements
@@ -82,17 +105,28 @@ class HopperInstructions(InstructionBase):
         ``src`` must be contiguous along its last dimension, with its other strides and its start
         16-byte aligned; ``dst`` a whole row-major tile (a shared tensor, or one stage ``smem[s]`` of one)
         whose swizzle, if any, is TMA's for its rows (32, 64 or 128 bytes); the kernel chooses that layout
-        for a shared tensor created without one. At most 256 elements along each dimension."""
+        for a shared tensor created without one. At most 256 elements along each dimension.
+
+        ``after``: None, or ``(bars[j], phase)``: the issuing thread first waits until that barrier has
+        completed its phase of parity ``phase`` -- the release (:meth:`mbarrier_arrive`) of ``dst`` by the
+        threads that read it last. The other threads go on: unlike a :meth:`sync` before the copy, this lets
+        warpgroups that read a stage at different times drift apart by up to the ring's depth."""
         builder = self._builder("tma_load")
         offsets, dims = check_tile_copy("tma_load", "TMA", src, dst, offsets, dims)
         barrier = _barrier("tma_load", barrier)
+        after_barrier, after_phase = None, None
+        if after is not None:
+            if not isinstance(after, (tuple, list)) or len(after) != 2:
+                raise ScriptError(f"tma_load: after must be None or (bars[j], phase), got {after!r}")
+            after_barrier, after_phase = _barrier("tma_load", after[0]), after[1]
+            _check_phase("tma_load", after_phase)
         if len(src.shape) > 5:
             raise ScriptError(f"tma_load: src {src.describe()} has {len(src.shape)} dimensions; TMA takes at most 5")
         for d, extent in enumerate(dst.shape):
             if not 1 <= extent <= 256:
                 raise ScriptError(f"tma_load: dst {dst.describe()} has {extent} elements along dimension {d}; "
                                   f"TMA copies boxes of at most 256 along each dimension")
-        builder.emit(ir.TmaLoad(dst, src, offsets, dims, barrier))
+        builder.emit(ir.TmaLoad(dst, src, offsets, dims, barrier, after_barrier, after_phase))
 
     def wgmma(self, a: SharedTensor, b: SharedTensor, acc: RegisterTensor) -> None:
         """``acc += a @ b`` by ``wgmma.mma_async``, asynchronously (module docstring).

@@ -5,6 +5,7 @@ under compute-sanitizer:
 
     compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py
+    compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py quantized   # quantized_matmul only
 
 Ragged shapes make the masked edges of loads and stores execute. Results are checked too.
 """
@@ -104,10 +105,8 @@ def library_kernels(cuda):
     """The schedules/ functions on lengths that are not multiples of their tiles."""
     import torch.nn.functional as F
 
-    from tilus_tvm.schedules import (decode_attention, flash_attention, layer_norm, pack_weight, quantized_matmul,
-                                     rms_norm, softmax)
+    from tilus_tvm.schedules import decode_attention, flash_attention, layer_norm, rms_norm, softmax
     from tilus_tvm.schedules.decode_attention import DecodeConfig
-    from tilus_tvm.schedules.quantized_matmul import Config
 
     for head_dim, causal, (lq, lk) in ((64, True, (77, 77)), (128, False, (50, 133)), (128, True, (129, 129))):
         q = torch.randn(2, 3, lq, head_dim, dtype=torch.float16, **cuda)
@@ -129,6 +128,13 @@ def library_kernels(cuda):
     check("rms_norm 37x1000", rms_norm(x, w), F.rms_norm(x.float(), (1000,), w.float(), 1e-6), 2e-2)
     long_rows = torch.randn(5, 20000, dtype=torch.float16, **cuda)
     check("softmax online 5x20000", softmax(long_rows, online=True), torch.softmax(long_rows.float(), -1), 1e-3)
+    quantized_kernels(cuda)
+
+
+def quantized_kernels(cuda):
+    from tilus_tvm.schedules import pack_weight, quantized_matmul
+    from tilus_tvm.schedules.quantized_matmul import Config
+
     # the table's load paths: the per-thread weight ring (u4 at 1 and 5 rows), activations staged through
     # shared memory (u4 at 12 rows, uint8 at 3 rows, and the large-batch path at 70 rows)
     for name, codes_max, m, n, k in (("uint4b", 16, 1, 200, 384), ("uint4b", 16, 5, 72, 512),
@@ -153,6 +159,22 @@ def library_kernels(cuda):
                           stage_activations=m > 8, stages=3)
             check(f"quantized_matmul {name} g128 {m}x{n}x{k} weight ring, split-K",
                   quantized_matmul(a, packed, scales, config=ring), a.float() @ weight.float(), 5e-2)
+        if m > 64 and torch.cuda.get_device_capability() == (9, 0):
+            # the wgmma path with its activation stages released by barriers (no block barrier a k-step), K of
+            # 8 steps through 3 stages: each stage reused, its barriers through both parities
+            released = Config(warps=8, units_per_warp=2, block_m=128, stage_activations=True, stages=3,
+                              scale_weights=True, warpgroup_mma=True, release_barriers=True)
+            long_a = torch.randn(m, 1024, dtype=torch.float16, **cuda)
+            long_codes = torch.randint(0, codes_max, (1024, n), **cuda).float()
+            long_scales = torch.rand(8, n, dtype=torch.float16, **cuda) / codes_max / 2
+            check(f"quantized_matmul {name} g128 {m}x{n}x1024 wgmma, stages released by barriers",
+                  quantized_matmul(long_a, pack_weight(long_codes, name, 128), long_scales, config=released),
+                  long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(128, 0)).float(), 5e-2)
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["quantized"]:
+        quantized_kernels(dict(device="cuda"))
+        torch.cuda.synchronize()
+        print("all kernels ran")
+    else:
+        main()

@@ -104,7 +104,7 @@ def test_warpgroup_mma(name, m, group, zero_points, dtype, units, block_m):
     ("uint2b", 64, 4096, 128, False, 1, 64, 8, 3, 2)])
 def test_warpgroup_mma_stages_released_by_barriers(name, m, k, group, zero_points, units, block_m, warps, stages, split):
     """release_barriers: each activation stage is released by an mbarrier every thread arrives on, and only the
-    thread that refills it waits, so the warpgroups drift apart; long K (16-32 k-steps: every stage reused many
+    thread that refills it waits, so the warpgroups drift apart; 12 to 16 k-steps a block (every stage reused many
     times, its barriers through both parities), against torch, twice (new data, the same kernel)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs sm_90a")

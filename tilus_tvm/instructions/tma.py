@@ -181,10 +181,15 @@ def _encode(ctx: CodegenContext, src, box: tuple[int, ...], swizzle: int, number
     return tensor_map
 
 
-def _shared_address(ctx: CodegenContext, tensor: SharedTensor) -> Any:
-    """The 32-bit shared-memory address of ``tensor``'s first element (a barrier, a TMA destination)."""
+def _generic_address(ctx: CodegenContext, tensor: SharedTensor) -> Any:
+    """The generic pointer to ``tensor``'s first element (a barrier ``bars[i]``, a TMA destination)."""
     buffer, offset = ctx.shared_element(tensor, [0] * len(tensor.shape))
-    return ptx.shared_address(tirx.address_of(tirx.BufferLoad(buffer, [offset])))
+    return tirx.address_of(tirx.BufferLoad(buffer, [offset]))
+
+
+def _shared_address(ctx: CodegenContext, tensor: SharedTensor) -> Any:
+    """The 32-bit shared-memory address of ``tensor``'s first element."""
+    return ptx.shared_address(_generic_address(ctx, tensor))
 
 
 def emit_tma_load(ctx: CodegenContext, inst: ir.TmaLoad) -> None:
@@ -217,12 +222,6 @@ def emit_mbarrier_init(ctx: CodegenContext, inst: ir.MbarrierInit) -> None:
                 Tb.evaluate(ptx.emit_mbarrier_init(_shared_address(ctx, inst.barriers[i]), inst.arrivals))
             Tb.evaluate(ptx.emit_mbarrier_init_fence())
     sync_threads()
-
-
-def _generic_address(ctx: CodegenContext, barrier: SharedTensor) -> Any:
-    """The generic pointer to one ``mbarrier`` (``bars[i]``)."""
-    buffer, offset = ctx.shared_element(barrier, [])
-    return tirx.address_of(tirx.BufferLoad(buffer, [offset]))
 
 
 def _phase(phase: Any) -> Any:

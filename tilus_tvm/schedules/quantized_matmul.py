@@ -251,6 +251,7 @@ class QuantizedMatmul(tilus.Script):
         tma_x = self.tma_activations
         if tma_x is None:  # TMA loads the activations for wgmma when they are 16-byte aligned
             tma_x = self.warpgroup_mma and self.aligned(a_ptr)
+        release = tma_x and self.release_barriers  # (with cp.async activations: the block barrier a step)
         ring = self.weight_ring
         if self.stage_activations:
             sx = self.shared_tensor(dtype=dtype, shape=[self.stages, kt // chunk, bm, chunk])
@@ -267,7 +268,7 @@ class QuantizedMatmul(tilus.Script):
                 ga_tma = self.global_view(a_ptr, dtype=dtype, shape=[m_size, fmt.k])
                 xbars = self.shared_tensor(dtype=uint64, shape=[self.stages])
                 self.mbarrier_init(xbars, arrivals=kt // chunk)
-                if self.release_barriers:  # every thread releases a stage it has read
+                if release:  # every thread releases a stage it has read
                     xfree = self.shared_tensor(dtype=uint64, shape=[self.stages])
                     self.mbarrier_init(xfree, arrivals=warps * 32)
             for s in range(self.stages - 1):
@@ -332,7 +333,7 @@ class QuantizedMatmul(tilus.Script):
                 stage_ahead = i + self.stages - 1
                 if stage_ahead < steps:
                     slot = stage_ahead % self.stages
-                    after = (xfree[slot], (stage_ahead // self.stages + 1) % 2) if self.release_barriers else None
+                    after = (xfree[slot], (stage_ahead // self.stages + 1) % 2) if release else None
                     self.stage_activation_tile(ga_tma, sx, slot, m0, first + stage_ahead, chunk, xbars[slot], after)
                 self.mbarrier_wait(xbars[i % self.stages], i // self.stages % 2)
             elif self.stage_activations:
@@ -378,7 +379,7 @@ class QuantizedMatmul(tilus.Script):
                 zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
                 partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
                 acc = acc + partial * s_ahead[0].to(float32)
-            if self.stage_activations and tma_x and self.release_barriers:
+            if release:
                 self.mbarrier_arrive(xfree[i % self.stages])  # this thread's wgmma have read the stage
             elif self.stage_activations:
                 self.sync()  # every warp has read this stage before a later step refills it

@@ -40,7 +40,8 @@ from tilus_tvm import dtypes, lowp  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
 from tilus_tvm.schedules.quantized_matmul import Config, choose_config, pack_weight, quantized_matmul  # noqa: E402
 
-TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "uint6b", "uint8", "float8_e4m3", "float6_e3m2", "float4_e2m1"]
+TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "int5b", "uint6b", "uint7b", "uint8", "float8_e4m3", "float6_e3m2",
+         "float6_e2m3", "float4_e2m1"]  # every width from 2 to 8 bits
 GROUP = 128
 DECODE = [(1, 8192, 28672), (16, 8192, 28672),
           (1, 4096, 12288), (1, 4096, 11008), (1, 11008, 4096),  # 7B: fused qkv, gate/up, down

@@ -136,10 +136,12 @@ def quantized_kernels(cuda):
     from tilus_tvm.schedules.quantized_matmul import Config
 
     # the table's load paths: the per-thread weight ring (u4 at 1 and 5 rows), activations staged through
-    # shared memory (u4 at 12 rows, uint8 at 3 rows, and the large-batch path at 70 rows)
+    # shared memory (u4 at 12 rows, uint8 at 3 rows, and the large-batch path at 70 rows); bit-placed words
+    # (uint3b at 1 row, uint6b at 16)
     for name, codes_max, m, n, k in (("uint4b", 16, 1, 200, 384), ("uint4b", 16, 5, 72, 512),
                                       ("uint4b", 16, 12, 72, 512), ("uint8", 256, 3, 72, 512),
-                                      ("uint4b", 16, 70, 130, 256)):
+                                      ("uint4b", 16, 70, 130, 256), ("uint3b", 8, 1, 200, 384),
+                                      ("uint6b", 64, 16, 72, 512)):
         codes = torch.randint(0, codes_max, (k, n), **cuda).float()
         packed = pack_weight(codes, name, 128)
         scales = torch.rand(k // 128, n, dtype=torch.float16, **cuda) / codes_max / 2

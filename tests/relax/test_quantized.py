@@ -28,7 +28,7 @@ def run_on(device, executable, x, values, specs):
     return torch.from_numpy(vm["forward"](*args).numpy())
 
 
-@pytest.mark.parametrize("name", ["uint4b", "uint2b", "uint3b", "int1b", "uint8"])
+@pytest.mark.parametrize("name", ["uint4b", "uint2b", "uint3b", "int1b", "uint8", "int5b"])
 @pytest.mark.parametrize("k, n, group", [(256, 96, 128), (128, 48, 32), (512, 40, 64), (64, 32, 64)])
 def test_code_position_is_the_packing_of_pack_weight(name, k, n, group):
     """The code of w[k, n] read from pack_weight's storage where code_position says it is (interleaved
@@ -39,8 +39,11 @@ def test_code_position_is_the_packing_of_pack_weight(name, k, n, group):
     codes = torch.randint(0, 1 << fmt.dtype.nbits, (k, n))
     storage = pack_weight(lowp.decode(codes, fmt.dtype).float(), name, group).storage
     lanes = storage.permute(0, 1, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]: a lane's bytes
-    stream = lowp.unpack_codes(lanes.reshape(-1).view(torch.uint8), fmt.dtype.nbits, lanes.numel() * 32 //
-                               fmt.dtype.nbits).reshape(fmt.granules, k // fmt.kt, 32, -1)
+    if fmt.placement is not None:  # bit-placed blocks: the slots' codes come back by the placement
+        stream = fmt.placement.unpack(lanes.reshape(fmt.granules, k // fmt.kt, 32, -1))
+    else:
+        stream = lowp.unpack_codes(lanes.reshape(-1).view(torch.uint8), fmt.dtype.nbits, lanes.numel() * 32 //
+                                   fmt.dtype.nbits).reshape(fmt.granules, k // fmt.kt, 32, -1)
     kk, nn_ = torch.meshgrid(torch.arange(k), torch.arange(n), indexing="ij")
     granule, step, lane, slot = code_position(fmt, kk, nn_)
     assert torch.equal(stream[granule, step, lane, slot].to(torch.int64), codes)
@@ -48,7 +51,8 @@ def test_code_position_is_the_packing_of_pack_weight(name, k, n, group):
 
 @pytest.mark.parametrize("weight_dtype, group, zero_points", [("uint4b", 128, False), ("int4b", 32, True),
                                                                ("int3b", 64, False), ("uint8", None, True),
-                                                               ("uint2b", 64, False)])
+                                                               ("uint2b", 64, False), ("int6b", 32, True),
+                                                               ("uint7b", None, False)])
 def test_the_undispatched_layer_computes_x_times_the_dequantized_weight_on_the_cpu(weight_dtype, group, zero_points):
     k, n = 256, 80
     layer = QuantizedLinear(k, n, weight_dtype, group_size=group, zero_points=zero_points)

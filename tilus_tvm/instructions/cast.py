@@ -35,6 +35,10 @@ tensor stay in registers). Fast paths, two slots at a time, into ``float16``/``b
 
 Everything else goes one element at a time through :mod:`cast_rules`' decode and encode.
 
+Codes stored by a bit placement (``cast(..., placement=)``, :mod:`tilus_tvm.bit_placement`: integers of 3, 5,
+6, 7 bits and small floats, as ``pack_weight`` stores them) take one ``lop3`` a piece of a pair, most pairs one
+piece, and one paired fma or multiply (:func:`cast_rules.placed_block`).
+
 Into a layout of another register order, 1-, 2- and 4-bit integers whose words hold each pair of output
 slots at the same place of their two 16-bit halves (the input in
 :func:`~tilus_tvm.layout.register_ops.interleave_local` order of the output's words) take one ``lop3`` and
@@ -153,6 +157,8 @@ def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) ->
     out, src = inst.output, inst.x
     source, target = src.dtype, out.dtype
     src_buf, dst_buf = ctx.reg(src), ctx.reg(out)
+    if inst.placement is not None:
+        return _emit_placed_cast(src_buf, dst_buf, inst.placement, target.name, inst.scale)
     if src.layout != out.layout:
         return _emit_reordering_cast(src_buf, dst_buf, source, target, register_order(src.layout, out.layout))
     if source == target:  # bit for bit (a decode and encode would make every NaN code the canonical one)
@@ -219,6 +225,17 @@ def _emit_reordering_cast(src_buf, dst_buf, source: DataType, target: DataType, 
         results = pack_words(results, target.nbits)
     for index, value in enumerate(results):
         Tb.buffer_store(dst_buf, value, [index])
+
+
+def _emit_placed_cast(src_buf, dst_buf, placement, half: str, scale: float) -> None:
+    """x's words are blocks of ``placement`` (:mod:`tilus_tvm.bit_placement`): each block's slot pairs by
+    :func:`cast_rules.placed_block`."""
+    words = [src_buf[i] for i in range(int(src_buf.shape[0]))]
+    for b in range(len(words) // placement.words):
+        block = words[b * placement.words:(b + 1) * placement.words]
+        for j, bits in enumerate(rules.placed_block(PtxOps(), block, placement, half, scale)):
+            Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits),
+                            [tirx.Ramp(b * placement.slots + 2 * j, 1, 2)])
 
 
 def is_interleaved_order(order: tuple[int, ...], source: DataType) -> bool:

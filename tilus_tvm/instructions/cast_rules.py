@@ -408,3 +408,53 @@ def float_pair_supported(dtype: DataType, half: str) -> bool:
     if dtype.exponent_bits == target_exponent:
         return family == "ieee"
     return dtype.exponent_bits < target_exponent and family != "ieee"
+
+
+def placed_block(ops: Any, words: Sequence[Any], placement: Any, half: str, scale: float = 1.0) -> list:
+    """The 16-bit float pairs of one block of a :class:`~tilus_tvm.bit_placement.BitPlacement` (``words``:
+    its uint32 words), in pair order, each times ``scale`` (a power of two).
+
+    A pair is the OR of its recipe's pieces: ``lop3`` keeps each piece's bits in both lanes (the first one
+    ors in an integer's magic pattern), one shift serving every piece of its word and shift. Integers end
+    with one paired fma that removes the magic number (and the offset of signed codes, stored offset
+    binary) and scales by ``2**-place``; floats with one paired multiply by ``2**(bias_half - bias)``
+    times ``scale``, left out where that is 1 (a caller that folds the power of two into its own scales)."""
+    dtype = placement.dtype
+    if half not in HALF_MAGIC:
+        raise ValueError(f"placed_block: target {half} is not float16 or bfloat16")
+    if len(words) != placement.words:
+        raise ValueError(f"placed_block: a {dtype.name} block is {placement.words} words, got {len(words)}")
+    if scale <= 0 or math.frexp(scale)[0] != 0.5:
+        raise ValueError(f"placed_block: scale {scale} is not a power of two")
+    both = 0x00010001
+    sources: dict = {}
+
+    def source(word: int, shift: int):
+        if (word, shift) not in sources:
+            value = words[word]
+            if shift:
+                value = ops.bind(value >> u32(shift) if shift > 0 else value << u32(-shift))
+            sources[(word, shift)] = value
+        return sources[(word, shift)]
+
+    pattern, magic, _ = HALF_MAGIC[half]
+    target_exponent, _ = HALF_FORMAT[half]
+    pairs = []
+    for pair in range(placement.slots // 2):
+        recipe = placement.recipe(pair, half)
+        bits = None
+        for piece in recipe.pieces:
+            src, mask = source(piece.word, piece.shift), u32(piece.mask * both)
+            if bits is None:
+                bits = ops.lop3(src, mask, u32(pattern * both), LOP3_AND_OR) if dtype.is_integer else src & mask
+            else:
+                bits = ops.lop3(src, mask, bits, LOP3_AND_OR)
+        if dtype.is_integer:
+            offset = float(1 << (dtype.nbits - 1)) if dtype.signed else 0.0
+            step = math.ldexp(scale, -recipe.place)
+            add = -(magic * math.ldexp(1.0, -recipe.place) + offset) * scale
+            pairs.append(ops.fma2(bits, (step, step), (add, add), half))
+        else:
+            factor = math.ldexp(scale, (1 << (target_exponent - 1)) - 1 - bias(dtype))
+            pairs.append(bits if factor == 1.0 else ops.mul2(bits, factor, half))
+    return pairs

@@ -134,6 +134,9 @@ class Where(Instruction):
 class Cast(Instruction):
     output: RegisterTensor
     x: RegisterTensor
+    # x's words hold its codes' bits where this tilus_tvm.bit_placement.BitPlacement puts them (not densely)
+    placement: Any = None
+    scale: float = 1.0  # a power of two the result is multiplied by (exactly), with a placement only
 
 
 @dataclass(eq=False)

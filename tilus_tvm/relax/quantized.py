@@ -10,8 +10,8 @@ where ``storage`` is the weight **already in the layout of** :func:`~tilus_tvm.s
 (``int32`` of shape ``WeightFormat.storage_shape``), ``scales`` / ``zeros`` are [K / g, N] in the
 activations' dtype, and ``tilus_dequantize_<...>`` is a TE PrimFunc that decodes that layout
 element by element: it finds the 32-bit word and bit offset of each code (``w[k, n]`` is code slot
-``j`` of lane ``l`` of its unit, see :mod:`tilus_tvm.schedules.quantized_weight`), extracts it with
-shifts and masks, sign-extends signed types and computes ``(code - z) * s`` in float32. The PrimFunc
+``j`` of lane ``l`` of its unit, see :mod:`tilus_tvm.schedules.quantized_weight`; for bit-placed formats,
+each bit's word and offset), extracts it with shifts and masks, sign-extends signed types and computes ``(code - z) * s`` in float32. The PrimFunc
 carries the attribute ``tilus.dequantize`` (the weight dtype, K, N, group size and whether there are
 zero points), so the pattern needs no reverse engineering of bit arithmetic, and the matmul stays a
 plain ``R.matmul``.
@@ -101,7 +101,9 @@ def code_position(fmt: Any, k: Any, n: Any) -> tuple:
     ``c // 16``-th mma.m16n8k16 A fragment: lane ``4 * (r % 8) + (c % 8) // 2`` holds it in slot
     ``c % 2 + 2 * (r // 8) + 4 * (c % 16 // 8)`` of that fragment's 8
     (:func:`~tilus_tvm.schedules.quantized_weight.unit_layout`); interleaved formats store a word's slot
-    ``2h + b`` in its field ``b * 16 / n + h`` (:func:`~tilus_tvm.layout.register_ops.interleaved_slot`)."""
+    ``2h + b`` in its field ``b * 16 / n + h`` (:func:`~tilus_tvm.layout.register_ops.interleaved_slot`).
+    Bit-placed formats (``fmt.placement``) keep the slot: its bits are where the placement puts them in the
+    slot's block of words (:meth:`~tilus_tvm.bit_placement.BitPlacement.position`)."""
     kt, units = fmt.kt, fmt.units
     granule, unit, r = n // (16 * units), n // 16 % units, n % 16
     step, c = k // kt, k % kt
@@ -120,6 +122,7 @@ def dequantize_te(fmt: Any, zero_points: bool, out_dtype: str) -> Any:
 
     nbits, vector = fmt.dtype.nbits, fmt.vector_bytes
     last = fmt.lane_bytes - 1
+    placement = fmt.placement  # integers of 3, 5, 6, 7 bits: each block of words bit-placed
     signed = fmt.dtype.is_integer and fmt.dtype.signed
 
     def compute(storage: Any, scales: Any, zeros: Any = None) -> Any:
@@ -127,12 +130,32 @@ def dequantize_te(fmt: Any, zero_points: bool, out_dtype: str) -> Any:
             word = storage[g, s, index // vector, lane, index % vector // 4]
             return tirx.bitwise_and(tirx.shift_right(word, (index % 4 * 8).astype("int32")), 0xFF)
 
+        def word(g: Any, s: Any, lane: Any, index: Any) -> Any:
+            return storage[g, s, index * 4 // vector, lane, index * 4 % vector // 4]
+
+        def placed_code(g: Any, s: Any, lane: Any, slot: Any) -> Any:
+            # bit b of the slot's code sits at (word, pos) of its block, a table over the block's pairs
+            block, pair, half = slot // placement.slots, slot % placement.slots // 2, slot % 2
+            code = tirx.const(0, "int32")
+            for b in range(nbits):
+                spots = [placement.position(j, b) for j in range(placement.slots // 2)]
+                index, pos = tirx.const(spots[-1][0], "int32"), tirx.const(spots[-1][1], "int32")
+                for j in reversed(range(len(spots) - 1)):
+                    index = tirx.Select(pair == j, tirx.const(spots[j][0], "int32"), index)
+                    pos = tirx.Select(pair == j, tirx.const(spots[j][1], "int32"), pos)
+                value = word(g, s, lane, block * placement.words + index)
+                code = code | tirx.shift_left(tirx.bitwise_and(tirx.shift_right(value, pos + half * 16), 1), b)
+            return code ^ (1 << (nbits - 1)) if placement.offset_binary else code
+
         def element(k: Any, n: Any) -> Any:
             g, s, lane, slot = code_position(fmt, k, n)
-            bit = slot * nbits
-            first = bit // 8
-            pair = byte(g, s, lane, first) | tirx.shift_left(byte(g, s, lane, tirx.min(first + 1, last)), 8)
-            code = tirx.bitwise_and(tirx.shift_right(pair, (bit % 8).astype("int32")), (1 << nbits) - 1)
+            if placement is not None:
+                code = placed_code(g, s, lane, slot)
+            else:
+                bit = slot * nbits
+                first = bit // 8
+                pair = byte(g, s, lane, first) | tirx.shift_left(byte(g, s, lane, tirx.min(first + 1, last)), 8)
+                code = tirx.bitwise_and(tirx.shift_right(pair, (bit % 8).astype("int32")), (1 << nbits) - 1)
             if signed:
                 code = code - tirx.Select(code >= (1 << (nbits - 1)), tirx.const(1 << nbits, "int32"),
                                           tirx.const(0, "int32"))

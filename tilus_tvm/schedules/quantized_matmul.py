@@ -16,10 +16,14 @@ per channel):
    of up to 16 bytes, a warp's load instruction reading 512 contiguous bytes -- one step ahead of
    the step it computes, so the loads of step ``i + 1`` are in flight during step ``i``;
 2. ``self.view`` reinterprets the words as the codes of the mma A fragments (pack_weight put each
-   lane's codes in fragment order, each word's interleaved for integers of 1, 2 or 4 bits) and
-   ``self.cast`` converts them in registers into the A layout (one ``lop3`` and one paired fma per two
-   interleaved codes, ``prmt`` / magic-number fma for other integers, ``cvt`` for fp8 on sm_89+,
-   :mod:`tilus_tvm.instructions.cast`); zero points are subtracted there;
+   lane's codes in fragment order, each word's interleaved for integers of 1, 2 or 4 bits, each block
+   of words bit-placed for integers of 3, 5, 6, 7 bits and small floats) and ``self.cast`` converts them
+   in registers into the A layout (one ``lop3`` and one paired fma per two interleaved codes; a ``lop3``
+   a piece and one paired fma or multiply per two placed codes, :mod:`tilus_tvm.bit_placement`;
+   ``prmt`` / magic-number fma for 8-bit integers, ``cvt`` for fp8 on sm_89+,
+   :mod:`tilus_tvm.instructions.cast`); zero points are subtracted there. Placed floats into float16
+   skip their multiply by ``2**(15 - bias)`` where the scales multiply in float32 after the dot, which
+   then take that power of two (:func:`placed_fold`);
 3. the activations of the step ([block_m, kt], 4-byte loads in fragment layout, viewed transposed)
    meet them in ``dot_split`` (float32 accumulation). With groups, each step's product starts from
    zero and is added to the accumulator times the group's scales (one multiply per output, not per
@@ -105,6 +109,21 @@ def kernel_layouts(fmt: WeightFormat, warps: int, units_per_warp: int, block_m: 
     words = register_layout([warps * granules, fmt.chunks, 32, fmt.vector_bytes // 4],
                             [warps, granules, fmt.chunks, 32, fmt.vector_bytes // 4], [0, 3], [1, 2, 4])
     return words, a, permute(b, [1, 0]), b, c
+
+
+def placed_fold(fmt: WeightFormat, dtype: Any, zero_points: bool, weights_scaled: bool) -> float:
+    """The power of two the kernel leaves out of its weights and puts into its float32 scales: ``2**(15 -
+    bias)`` for floats stored by a bit placement converting into float16 (their placed pattern is the value
+    times ``2**(bias - 15)``: one multiply a pair fewer), where nothing else sees the weights' values -- no zero
+    points, and scales multiplied in float32 after the dot rather than into the weights. Else 1. (bfloat16
+    keeps its multiply: the placed pattern of a small code would be a bfloat16 subnormal.)"""
+    from tilus_tvm.instructions.cast_rules import bias
+
+    if fmt.placement is None or not fmt.dtype.is_float or as_dtype(dtype) != float16 or zero_points:
+        return 1.0
+    if weights_scaled and not fmt.per_channel:
+        return 1.0
+    return float(2 ** (15 - bias(fmt.dtype)))
 
 
 # how the split_k partial sums of a tile meet: "kernel", a second kernel (SplitKSum) adds them up from a
@@ -208,6 +227,7 @@ class QuantizedMatmul(tilus.Script):
             raise ScriptError("QuantizedMatmul: release_barriers is for activations loaded by TMA (warpgroup_mma, "
                               "tma_activations None or True)")
         self.release_barriers = bool(release_barriers)
+        self.fold = placed_fold(fmt, dtype, self.zero_points, self.warpgroup_mma or self.scale_weights)
         if self.warpgroup_mma:
             if warps % 4 or not stage_activations or not (scale_weights or fmt.per_channel):
                 raise ScriptError(f"QuantizedMatmul: warpgroup_mma needs whole warpgroups (warps={warps}), staged activations "
@@ -355,7 +375,7 @@ class QuantizedMatmul(tilus.Script):
             s_new = self.load_global(gs, offsets=[n0, group_new], shape=[bn, 1]) if grouped else None
             z_new = self.load_global(gz, offsets=[n0, group_new], shape=[bn, 1]) if self.zero_points else None
             codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
-            weights = self.cast(codes, dtype, layout=a_layout)
+            weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold)
             if self.zero_points:
                 weights = weights - z_ahead[0]
             if self.warpgroup_mma:  # weights in registers (A), activations from shared memory (B), one group at a time
@@ -378,7 +398,10 @@ class QuantizedMatmul(tilus.Script):
             else:
                 zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
                 partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
-                acc = acc + partial * s_ahead[0].to(float32)
+                if self.fold == 1.0:
+                    acc = acc + partial * s_ahead[0].to(float32)
+                else:  # the weights are their values times 2**-k (placed floats): the scales take 2**k
+                    acc = acc + partial * (s_ahead[0].to(float32) * self.fold)
             if release:
                 self.mbarrier_arrive(xfree[i % self.stages])  # this thread's wgmma have read the stage
             elif self.stage_activations:
@@ -391,7 +414,10 @@ class QuantizedMatmul(tilus.Script):
                 if queue:
                     self.assign(queue[-1], new)
         if fmt.per_channel:
-            acc = acc * self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32)
+            if self.fold == 1.0:
+                acc = acc * self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32)
+            else:
+                acc = acc * (self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32) * self.fold)
         if self.stage_activations or ring:
             self.copy_async_wait_all()
         if splits == 1:

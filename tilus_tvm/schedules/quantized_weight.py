@@ -14,7 +14,9 @@ with no shuffle. The kernel computes ``out^T = w^T @ a^T`` with ``mma.sync.m16n8
 is the A operand, split into *units* of 16 output channels x ``kt`` inputs (``kt = g``, or 128 /
 64 / 32 per channel). In a unit, lane ``l`` of a warp holds the ``kt / 2`` codes that the mma A
 fragments of its ``kt / 16`` k-steps give it, in fragment order (:func:`unit_layout`), except that
-integers of 1, 2 or 4 bits interleave each 32-bit word's codes (:func:`field_of_slot`). ``units``
+integers of 1, 2 or 4 bits interleave each 32-bit word's codes (:func:`field_of_slot`), and integers of 3,
+5, 6, 7 bits and small floats store each block of words by its :mod:`~tilus_tvm.bit_placement` (a slot
+pair's two codes at the same places of a low and a high 16-bit half, signed integers offset binary). ``units``
 consecutive units along N (2 when ``kt * nbits`` is not a multiple of 64, so that a lane's bits
 are whole words; else 1) form a *granule*; a lane's codes of a granule, packed as
 :mod:`tilus_tvm.lowp` packs them, are ``P = units * kt * nbits / 16`` bytes, cut into vectors of
@@ -105,6 +107,14 @@ class WeightFormat:
         return interleavable(self.dtype)
 
     @property
+    def placement(self):
+        """The :class:`~tilus_tvm.bit_placement.BitPlacement` a lane's words are stored in (integers of 3, 5, 6, 7
+        bits and small floats, :func:`~tilus_tvm.bit_placement.placeable`), or None (dense, or interleaved)."""
+        from tilus_tvm.bit_placement import placeable, placement
+
+        return placement(self.dtype) if placeable(self.dtype) else None
+
+    @property
     def lane_bytes(self) -> int:
         return self.units * self.kt * self.dtype.nbits // 16
 
@@ -169,8 +179,11 @@ class QuantizedWeight:
         fmt = self.format
         units, kt = fmt.units, fmt.kt
         lanes = self.storage.permute(0, 1, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]
-        codes = lowp.unpack_codes(lanes.reshape(-1).view(torch.uint8), fmt.dtype.nbits,
-                                  lanes.numel() * 32 // fmt.dtype.nbits)
+        if fmt.placement is not None:
+            codes = fmt.placement.unpack(lanes.reshape(fmt.granules, fmt.k // kt, LANES, -1))
+        else:
+            codes = lowp.unpack_codes(lanes.reshape(-1).view(torch.uint8), fmt.dtype.nbits,
+                                      lanes.numel() * 32 // fmt.dtype.nbits)
         codes = codes.reshape(fmt.granules, fmt.k // kt, LANES, units * kt // 2)
         codes = codes[..., field_of_slot(fmt, units * kt // 2)]  # fields back to slot order
         unit, row, col = _lane_indices(kt, units, codes.device)
@@ -273,8 +286,11 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None) -> Quantiz
     slots = grid[:, :, unit, row, col]  # [granules, steps, 32, units * kt / 2], fragment slot order
     lanes = torch.empty_like(slots)
     lanes[..., field_of_slot(fmt, slots.shape[-1])] = slots
-    stream = lowp.pack_codes(lanes, dtype.nbits).reshape(fmt.granules, k // kt, LANES, fmt.chunks,
-                                                         fmt.vector_bytes)
+    if fmt.placement is not None:  # each block of words holds its codes' bits where the cast wants them
+        stream = fmt.placement.pack(lanes).view(torch.uint8)
+    else:
+        stream = lowp.pack_codes(lanes, dtype.nbits)
+    stream = stream.reshape(fmt.granules, k // kt, LANES, fmt.chunks, fmt.vector_bytes)
     storage = stream.permute(0, 1, 3, 2, 4).contiguous().view(torch.int32)
     return QuantizedWeight(storage, fmt)
 

@@ -1,6 +1,7 @@
 """Computation instructions of ``tilus_tvm.Script``: elementwise math, reductions, scans, dot, printf."""
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 from tilus_tvm import dtypes
@@ -150,7 +151,8 @@ class ComputeInstructions(InstructionBase):
         return self._result("where", where_value(cond, x, y), out)
 
     def cast(self, x: RegisterTensor, dtype: DataType, *, layout: Optional[Any] = None,
-             out: Optional[RegisterTensor] = None) -> RegisterTensor:
+             out: Optional[RegisterTensor] = None, placement: Optional[Any] = None,
+             scale: float = 1.0) -> RegisterTensor:
         """Convert every element of ``x`` to ``dtype`` (same shape and layout), as C converts: floats
         round to nearest, floats to integers truncate toward zero; ``x.to(dtype)`` is the same. Packed
         low-precision types convert exactly (:mod:`tilus_tvm.instructions.cast`).
@@ -161,10 +163,20 @@ class ComputeInstructions(InstructionBase):
         :func:`~tilus_tvm.layout.interleave_local` order converts fastest into its mma layout this way.
         Checked here when x's layout is known; a layout of other threads is refused.
 
+        ``placement``: x's words hold its codes' bits where this
+        :class:`~tilus_tvm.bit_placement.BitPlacement` puts them (``pack_weight`` stores integers of 3, 5, 6,
+        7 bits and small floats so), not densely: each pair of slots converts by a few masks and one paired
+        fma or multiply. x must be of the placement's type, in a known layout that ``layout`` (if given)
+        equals, with whole blocks a thread; dtype float16 or bfloat16. ``scale``: a power of two the result
+        is multiplied by, exactly (placement only): ``2**(bias(dtype) - bias(x))`` leaves a float's placed
+        pattern as it is, with no multiply -- for a caller that multiplies by its own scales afterwards.
+
         >>> h = self.cast(acc, float16)   # doctest: +SKIP
         >>> w = self.cast(self.view(words, dtype=uint4b, layout=interleave_local(mma_a, 8)), float16,
         ...               layout=mma_a)   # doctest: +SKIP
         """
+        if placement is not None or scale != 1.0:
+            return self._placed_cast(x, dtype, layout, out, placement, scale)
         if layout is None:
             return self._result("cast", cast_value(x, dtype), out)
         from tilus_tvm.instructions.cast import register_order
@@ -182,6 +194,38 @@ class ComputeInstructions(InstructionBase):
                               f"{x.layout} gives it (only the register order may differ)")
         result = builder.new_register(dtypes.as_dtype(dtype), x.shape, layout)
         return builder.materialize(cast_value(x, dtype), result)
+
+    def _placed_cast(self, x, dtype, layout, out, placement, scale) -> RegisterTensor:
+        from tilus_tvm.bit_placement import BitPlacement
+        from tilus_tvm.ir import inst as ir
+
+        builder = self._builder("cast")
+        if not isinstance(placement, BitPlacement):
+            raise ScriptError(f"cast: placement must be a tilus_tvm.bit_placement.BitPlacement"
+                              f"{' (scale is for placed codes only)' if placement is None else ''}, got {placement!r}")
+        x = builder.materialize(x)
+        if not isinstance(x, RegisterTensor) or x.dtype != placement.dtype:
+            raise ScriptError(f"cast: x must be a register tensor of {placement.dtype.name}, the placement's type, "
+                              f"got {x.describe() if isinstance(x, RegisterTensor) else repr(x)}")
+        dtype = dtypes.as_dtype(dtype)
+        if dtype.name not in ("float16", "bfloat16"):
+            raise ScriptError(f"cast: placed codes convert into float16 or bfloat16, not {dtype.name}")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0 or \
+                math.frexp(float(scale))[0] != 0.5:
+            raise ScriptError(f"cast: scale must be a power of two (it multiplies exactly), got {scale!r}")
+        if out is not None:
+            layout = out.layout if layout is None else layout
+        layout = x.layout if layout is None else layout
+        if x.layout is None or layout != x.layout:
+            raise ScriptError(f"cast: placed codes keep their layout: x's layout {x.layout} must be known and equal "
+                              f"the result's {layout}")
+        if x.layout.local_size % placement.slots:
+            raise ScriptError(f"cast: a {placement.dtype.name} placement block is {placement.slots} codes; x's layout "
+                              f"gives each thread {x.layout.local_size}, not whole blocks")
+        result = builder.destination("cast", dtype, x.shape, out) if out is not None else \
+            builder.new_register(dtype, x.shape, layout)
+        builder.emit(ir.Cast(result, x, placement, float(scale)))
+        return result
 
     # --- reductions ------------------------------------------------------------------------------
     def _reduce(self, op: str, x: RegisterTensor, dim: Any, keepdim: bool, out: Optional[RegisterTensor]):

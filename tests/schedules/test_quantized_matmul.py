@@ -338,3 +338,17 @@ def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
     with pytest.raises(ScriptError, match="warpgroup_mma needs whole warpgroups"):
         QuantizedMatmul(fmt, warps=2, units_per_warp=config.units_per_warp, stage_activations=True, scale_weights=True,
                         warpgroup_mma=True)
+
+
+def test_table_rows_for_five_and_seven_bit_weights():
+    """5-bit decode on sm_90a takes the TMA weight ring where the grid fills the SMs unsplit (the per-thread ring
+    elsewhere, and on other GPUs); 7-bit at 9-16 rows takes blocks of 8 warps where two splits suffice."""
+    five = WeightFormat(dtypes.int5b, 8192, 28672, 128)
+    hopper = choose_config(1, five, 132, wgmma=True)
+    assert (hopper.weight_stages, hopper.weight_ring, hopper.units_per_warp, hopper.split_k) == (3, 0, 1, 2)
+    assert choose_config(1, five, 132).weight_ring == 4 and not choose_config(1, five, 132).weight_stages
+    few_channels = choose_config(1, WeightFormat(dtypes.int5b, 11008, 4096, 128), 132, wgmma=True)
+    assert (few_channels.weight_stages, few_channels.weight_ring) == (0, 4)
+    seven = choose_config(16, WeightFormat(dtypes.uint7b, 8192, 28672, 128), 132)
+    assert (seven.warps, seven.split_k, seven.stage_activations) == (8, 2, True)
+    assert choose_config(16, WeightFormat(dtypes.uint7b, 4096, 11008, 128), 132).warps == 4

@@ -116,7 +116,8 @@ def test_warpgroup_mma_stages_released_by_barriers(name, m, k, group, zero_point
 
 @pytest.mark.parametrize("name,m,k,n,group,split,stages", [
     ("uint4b", 1, 4096, 1024, 128, 2, 4), ("uint2b", 3, 2048, 640, 64, 1, 3), ("int3b", 16, 1024, 300, None, 1, 6),
-    ("uint8", 8, 1024, 256, 128, 2, 2), ("float6_e3m2", 1, 2048, 512, 32, 4, 4), ("float4_e2m1", 5, 384, 77, 64, 1, 8)])
+    ("uint8", 8, 1024, 256, 128, 2, 2), ("float6_e3m2", 1, 2048, 512, 32, 4, 4), ("float4_e2m1", 5, 384, 77, 64, 1, 8),
+    ("int5b", 2, 2048, 520, 128, 2, 3)])
 def test_weights_through_a_tma_ring(name, m, k, n, group, split, stages):
     """weight_stages: the weights of ``stages - 1`` k-steps in flight through TMA (Hopper), against torch."""
     if torch.cuda.get_device_capability()[0] < 9:

@@ -523,14 +523,23 @@ class Config:
 #   to 95-97 us and uint6 from 101 to 82 us, while u2/u3/fp4 ran 5-25% slower staged and u4 the same;
 # - 9 to 16 rows, staged activations for every width: u4 113 -> 63 us, u2 93 -> 60, u3 91 -> 70, fp4 97 -> 73,
 #   8-bit 133 -> 96-100; with two k-steps of weights in flight for 4-bit weights (u4 63 against 73 with one),
-#   one for the others (8-bit 96-100 against 110-113 with two).
+#   one for the others (8-bit 96-100 against 110-113 with two); 7-bit (bit-placed) weights in blocks of 8 warps
+#   where that takes at most two splits: 4 warps split in two took 101.0 us (the 448 blocks, 3 an SM, are 1.13
+#   waves), 8 warps 82.5-82.9; at 16x4096x11008 (four splits) 8 warps lost 3% (26.4 -> 27.1-27.5), so that
+#   shape keeps the row below.
+# On sm_90a (HOPPER_CONFIGS, tried first, only where the grid fills the SMs before K is split), 5-bit weights up
+# to 8 rows stream through a TMA ring of 3 k-steps (weight_stages=3) rather than the per-thread ring: int5b at
+# 1x8192x28672 65.3-65.5 -> 58.7-59.0 us (two runs), where u3 lost the same way (45.8 -> 51.4, one sweep) and fp4
+# did not change (50.9 -> 50.6); at 1x11008x4096 (64 blocks unsplit) the ring lost 10% (32.3 -> 36.0).
 CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, weight_ring=4), 6, 2),
            (8, (6, 7, 8), Config(block_m=8, prefetch=2, stage_activations=True, stages=3), 2, None),
            (8, None, Config(block_m=8, prefetch=2), 2, None),
            (16, (4,), Config(block_m=16, prefetch=2, stage_activations=True, stages=3), 2, None),
+           (16, (7,), Config(warps=8, block_m=16, prefetch=1, stage_activations=True, stages=3), 1, 2),
            (16, None, Config(block_m=16, prefetch=1, stage_activations=True, stages=3), 2, None),
            (48, None, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True), 2, None),
            (None, None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True), 2, None))
+HOPPER_CONFIGS = ((8, (5,), Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3), 6, 2),)
 _KERNELS: dict = {}
 
 
@@ -555,7 +564,8 @@ WGMMA_SMALL = Config(warps=4, units_per_warp=2, block_m=64, stage_activations=Tr
 
 def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
-    (``wgmma``: an sm_90a GPU): the table's for the batch; K is split (``split_k``) while the grid has
+    (``wgmma``: an sm_90a GPU, whose rows of ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
+    unsplit): the table's for the batch; K is split (``split_k``) while the grid has
     fewer blocks per SM than the table's row asks (two, or six for the ring row's small blocks) and every
     split keeps at least 8 k-steps (not with wgmma, whose rows were measured unsplit); a row that would
     need more splits than it allows (the ring row: two) leaves the batch to the next."""
@@ -565,11 +575,14 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         if -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16)) < multiprocessors // 2:
             config, units = WGMMA_SMALL, max(WGMMA_SMALL.units_per_warp, fmt.units)
         return replace(config, units_per_warp=units)
-    for limit, widths, config, per_sm, max_split in CONFIGS:
+    hopper = HOPPER_CONFIGS if wgmma else ()
+    for row, (limit, widths, config, per_sm, max_split) in enumerate(hopper + CONFIGS):
         if not ((limit is None or m <= limit) and (widths is None or fmt.dtype.nbits in widths)
                 and config.units_per_warp % fmt.units == 0):
             continue
         blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * config.units_per_warp * 16))
+        if row < len(hopper) and blocks < multiprocessors:
+            continue
         steps, splits = fmt.k // fmt.kt, 1
         while blocks * splits < per_sm * multiprocessors and steps % (2 * splits) == 0 and steps // (2 * splits) >= 8:
             splits *= 2

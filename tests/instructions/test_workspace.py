@@ -156,6 +156,32 @@ def test_workspace_shape_must_not_depend_on_the_block():
         BlockShapedWorkspace().tile_program(64, meta(64), target="sm_80")
 
 
+class LastAddsUp(tilus.Script):
+    """The same sum by arrive_last: every block z stores x[z] into the workspace and arrives at its tile's
+    counter; the last of the STEPS to arrive adds the STEPS partials in z order and writes y. No block waits."""
+
+    def __init__(self, block: int = 128):
+        super().__init__()
+        self.block = block
+
+    def __call__(self, n: int32, x_ptr: ~float32, y_ptr: ~float32):
+        tiles = self.utils.ceil_div(n, self.block)
+        self.attrs.blocks = [tiles, 1, STEPS]
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=float32, shape=[STEPS, n])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[n])
+        partials = self.global_tensor(dtype=float32, shape=[STEPS, n], requires_clean=False)
+        counters = self.global_tensor(dtype=int32, shape=[tiles], requires_clean=True)
+        offset: int32 = self.blockIdx.x * self.block
+        x = self.load_global(gx, offsets=[self.blockIdx.z, offset], shape=[self.block])
+        self.store_global(partials, x, offsets=[self.blockIdx.z, offset])
+        if self.arrive_last(counters[self.blockIdx.x].item_ptr(), STEPS):
+            total = self.load_global(partials, offsets=[0, offset], shape=[self.block])
+            for z in list(range(1, STEPS)):
+                total = total + self.load_global(partials, offsets=[z, offset], shape=[self.block])
+            self.store_global(gy, total, offsets=[offset])
+
+
 class Misuse(tilus.Script):
     def __init__(self, case: str):
         super().__init__()
@@ -193,6 +219,28 @@ class Misuse(tilus.Script):
             self.lock_semaphore(sems[0, 0].item_ptr(), 2**31)
         elif case == "pointer_value":
             self.lock_semaphore(x_ptr, 1)
+        elif case == "arrive_whole_tensor":
+            self.arrive_last(sems, 4)
+        elif case == "arrive_float_counter":
+            self.arrive_last(gx[0].item_ptr(), 4)
+        elif case == "arrive_no_blocks":
+            self.arrive_last(sems[0, 0].item_ptr(), 0)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_arrive_last_is_a_fenced_atomic_and_a_barrier_or(arch):
+    """A barrier, thread 0's fence and atomic add, the last block's fence and reset, bar.red.or: no spin loop."""
+    compiled = LastAddsUp().compile(1000, torch.empty(STEPS, 1000), torch.empty(1000), target=arch)
+    assert "__syncthreads_or" in compiled.cuda_source
+    lines = [line.strip() for line in compiled.ptx.splitlines()]
+    atomic = next(i for i, line in enumerate(lines) if re.match(r"atom\.global\.add\.[us]32", line))
+    assert any(line.startswith("bar.sync") for line in lines[:atomic])  # the block's stores are done
+    assert any(line.startswith("membar.gl") for line in lines[atomic - 6:atomic])  # and fenced
+    vote = next(i for i, line in enumerate(lines) if line.startswith("bar.red.or.pred"))
+    assert atomic < vote and any(line.startswith("membar.gl") for line in lines[atomic:vote])  # the last's fence
+    assert not any(line.startswith("ld.acquire") for line in lines)  # nothing spins
+    program = str(LastAddsUp().tile_program(1000, meta(STEPS, 1000), meta(1000), target=arch))
+    assert "arrive_last(" in program
 
 
 @pytest.mark.parametrize("case, message", [
@@ -209,6 +257,9 @@ class Misuse(tilus.Script):
     ("float_value", r"release_semaphore: value must be an int or an integer scalar expression, got 1.5"),
     ("huge_value", r"lock_semaphore: value 2147483648 does not fit the int32 semaphore"),
     ("pointer_value", r"lock_semaphore: semaphore must be an element of a global tensor"),
+    ("arrive_whole_tensor", r"arrive_last: semaphore .* is a whole tensor; name one element"),
+    ("arrive_float_counter", r"arrive_last: semaphore .* must be int32, got float32"),
+    ("arrive_no_blocks", r"arrive_last: total must be at least 1"),
 ])
 def test_misuse_is_a_script_error_naming_the_argument(case, message):
     with pytest.raises(ScriptError, match=message):
@@ -233,6 +284,24 @@ def test_ordered_sum_across_blocks_and_clean_semaphores_over_launches():
     (compiled,) = kernel._tilus.kernels.values()
     semaphores = compiled.workspaces().tensors[1][torch.cuda.current_device()]
     assert semaphores.numel() >= -(-4000 // 128) and int(semaphores.abs().sum()) == 0
+
+
+@pytest.mark.gpu
+def test_last_block_adds_up_and_leaves_the_counters_clean_over_launches():
+    kernel = LastAddsUp()
+    for n in (1000, 128, 4000, 1000):
+        x = torch.randn(STEPS, n, device="cuda")
+        y = torch.full((n,), float("nan"), device="cuda")
+        for _ in range(3):
+            y.fill_(float("nan"))
+            kernel(n, x, y)
+        expected = x[0]
+        for z in range(1, STEPS):
+            expected = expected + x[z]  # the same order in float32: bit for bit
+        torch.testing.assert_close(y, expected, rtol=0, atol=0)
+    (compiled,) = kernel._tilus.kernels.values()
+    counters = compiled.workspaces().tensors[1][torch.cuda.current_device()]
+    assert counters.numel() >= -(-4000 // 128) and int(counters.abs().sum()) == 0
 
 
 class ParameterSemaphores(tilus.Script):

@@ -227,18 +227,20 @@ def test_split_k_writes_partials_and_sums_them():
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90"])
 def test_serial_split_reduction_adds_the_splits_in_the_kernel(target):
-    """split_reduce="serial": split z waits on its tile's semaphore for z, adds the partial sums in the
-    kernel's own workspace, and the last split writes the output and clears the semaphore."""
+    """split_reduce="serial": every split stores its partial sums in the kernel's own workspace and arrives at
+    its tile's counter (a fence and an atomic add); the last to arrive adds them up in split order, writes
+    the output and clears the counter. No block waits for another."""
     fmt = WeightFormat(dtypes.uint4b, 8192, 28672, 128)
     config = replace(choose_config(1, fmt, multiprocessors=132), split_reduce="serial")
     kernel, compiled = compile_kernel(fmt, 3, config, target=target)
     program = str(kernel.tile_program(3, meta(3, 8192), meta(*fmt.storage_shape, dtype=torch.int32),
                                       meta(64, 28672), meta(64, 28672), meta(3, 28672), meta(1, dtype=torch.float32),
                                       target=target))
-    assert "lock_semaphore" in program and "release_semaphore" in program
-    assert "allocate_global(requires_clean=True)" in program  # the semaphores, zeroed once
+    assert "arrive_last(" in program and "lock_semaphore" not in program
+    assert "allocate_global(requires_clean=True)" in program  # the counters, zeroed once
     code = ptx(compiled, target)
-    assert "ld.acquire.gpu.global" in code and "st.release.gpu.global" in code
+    assert re.search(r"atom\.global\.add\.[us]32", code) and "bar.red.or.pred" in code and "membar.gl" in code
+    assert "ld.acquire.gpu.global" not in code  # nothing spins
     assert code.count("mma.sync.aligned.m16n8k16") >= 1
 
 

@@ -16,7 +16,7 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
 from tilus_tvm.backend.context import CodegenContext, const, sync_threads
-from tilus_tvm.intrin.semaphore import emit_semaphore_release, emit_semaphore_wait
+from tilus_tvm.intrin.semaphore import emit_arrival, emit_semaphore_release, emit_semaphore_wait
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
 
@@ -45,6 +45,25 @@ def emit_release_semaphore(ctx: CodegenContext, inst: ir.ReleaseSemaphore) -> No
             Tb.evaluate(call)
 
 
+def emit_arrive_last(ctx: CodegenContext, inst: ir.ArriveLast) -> None:
+    """Barrier; thread 0: fence, ticket = atomicAdd(counter, 1), and if the ticket is ``total - 1`` a fence (what
+    the others stored before their arrival is visible) and the counter back to 0; ``__syncthreads_or`` gives
+    every thread thread 0's answer (and orders their later loads after its fence)."""
+    fence, add = emit_arrival(_address(ctx, inst))
+    last = tirx.BufferLoad(inst.buffer, [0])
+    sync_threads()
+    Tb.buffer_store(inst.buffer, const(0, "int32"), [0])
+    with ctx.guarded(ctx.tx == 0):
+        Tb.evaluate(fence)
+        Tb.buffer_store(inst.buffer, tirx.Cast("int32", add == const(inst.total, "int32") - 1), [0])
+        with ctx.guarded(last != 0):
+            Tb.evaluate(Tb.cuda.thread_fence())
+            indices = [const(i, "int32") if isinstance(i, int) else i for i in inst.indices]
+            Tb.buffer_store(ctx.view(inst.tensor), const(0, "int32"), indices)
+    Tb.buffer_store(inst.buffer, tirx.Cast("int32", Tb.cuda.syncthreads_or(last != 0)), [0])
+
+
 register(ir.AllocateGlobal, emit=emit_allocate_global)
+register(ir.ArriveLast, emit=emit_arrive_last)
 register(ir.LockSemaphore, emit=emit_lock_semaphore)
 register(ir.ReleaseSemaphore, emit=emit_release_semaphore)

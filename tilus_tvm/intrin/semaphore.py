@@ -8,7 +8,10 @@ global memory, not on tiles). The Script backend's ``lock_semaphore`` / ``releas
 - :func:`emit_semaphore_release` is ``__threadfence()`` (``membar.gl``) and a
   ``st.release.gpu.global.b32`` of the new value.
 
-Both run in one thread; the caller puts the block barriers around them.
+- :func:`emit_arrival` is ``__threadfence()`` and an ``atomicAdd`` of 1 that returns the count before it
+  (a ticket: the block that draws ``total - 1`` arrived last).
+
+All run in one thread; the caller puts the block barriers around them.
 """
 from __future__ import annotations
 
@@ -29,3 +32,9 @@ def emit_semaphore_release(address: Any, value: Any) -> list[tirx.Expr]:
     """A GPU-scope fence, then a release store of the int32 ``value`` to ``address``: the calls, in
     order (wrap each in ``T.evaluate``)."""
     return [Tb.cuda.thread_fence(), Tb.ptx.st.release.gpu.global_.b32(address, value)]
+
+
+def emit_arrival(address: Any) -> list[tirx.Expr]:
+    """A GPU-scope fence, then ``atomicAdd(address, 1)``: the calls, the last one's value the count before
+    this arrival."""
+    return [Tb.cuda.thread_fence(), Tb.cuda.atomic_add(address, tirx.const(1, "int32"))]

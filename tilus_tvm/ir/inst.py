@@ -366,6 +366,18 @@ class AllocateGlobal(Instruction):
 
 
 @dataclass(eq=False)
+class ArriveLast(Instruction):
+    """``buffer[0]`` = whether this block is the ``total``-th to arrive at the int32 counter ``tensor[indices...]``
+    (a block barrier, one thread's fence and atomic add, the last block's reset of the counter and fence, a
+    barrier that ors the answer into every thread)."""
+
+    buffer: Any
+    tensor: GlobalTensor
+    indices: tuple[Any, ...]
+    total: Any
+
+
+@dataclass(eq=False)
 class LockSemaphore(Instruction):
     """Wait until the int32 ``tensor[indices...]`` equals ``value`` (one thread spins with acquire
     loads), then a block barrier."""

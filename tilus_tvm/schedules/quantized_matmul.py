@@ -60,11 +60,14 @@ the step that used them cost fp4 weights 23% and u2 10% at 1x8192x28672.
 The grid is (M / block_m, N / block_n): the batch tiles of one weight tile run next to each other,
 so a weight tile read by several batch tiles comes from L2 after the first. With few blocks (decode),
 ``split_k`` blocks share K (grid z). By default (``split_reduce="serial"``) the kernel adds their
-float32 partial sums itself, in split order, through one semaphore a tile (``MatmulSplitK``'s
-reduction). With ``split_reduce="kernel"`` each split writes them to a workspace the caller passes and
-:class:`SplitKSum`, a second kernel, adds them up. On the H100 the two kernels take the same GPU
-time within noise, and the serial sum saves the second launch (5-10 us of host time outside a CUDA
-graph).
+float32 partial sums itself, in split order: every split stores its partial sums in a workspace of the
+kernel's own and arrives at its tile's counter (``arrive_last``: a fence and an atomic add), and the last
+split to arrive adds all of them, split 0 first, and writes the tile. No split waits for another (a chain
+of semaphores, ``MatmulSplitK``'s way, made each wait for the one before: on the H100, u4 at 1x4096x11008
+took 20.5-20.9 us that way and takes 16.3-16.4, at 1x28672x8192 with 8 splits 62.3-62.5 against 50.2).
+With ``split_reduce="kernel"`` each split writes them to a workspace the caller passes and
+:class:`SplitKSum`, a second kernel, adds them up (saving nothing: the serial sum also saves the second
+launch, 5-10 us of host time outside a CUDA graph).
 
 ``QuantizedMatmul`` carries an ``opt_in`` ``@autotune`` space of 56 configurations (the block's
 channels as warps x units, and its batch rows with the matching load path), which holds every
@@ -72,7 +75,7 @@ configuration of the hand table. ``quantized_matmul(..., tune=True)`` launches t
 split is not tuned: it is the hand table's for the batch (:func:`choose_config`), fixed for the
 tuning, so every candidate is timed with the same split. Tuned kernels add the splits up with
 :class:`SplitKSum`: MetaSchedule times kernels in destination-passing form, which cannot hold the
-semaphores of the serial reduction.
+counters of the serial reduction.
 """
 from __future__ import annotations
 
@@ -128,7 +131,8 @@ def placed_fold(fmt: WeightFormat, dtype: Any, zero_points: bool, weights_scaled
 
 # how the split_k partial sums of a tile meet: "kernel", a second kernel (SplitKSum) adds them up from a
 # workspace the caller passes; "serial", the kernel's own blocks add them in split order through a workspace
-# of its own and one semaphore a tile (MatmulSplitK's reduction), so there is no second launch
+# of its own: the last split of a tile to arrive at its counter (arrive_last) adds them all, so there is no
+# second launch
 SPLIT_REDUCTIONS = ("kernel", "serial")
 
 # (warps, units_per_warp): 64 to 512 channels a block (units of 16; 2 or 4 a warp, a multiple of every
@@ -423,22 +427,20 @@ class QuantizedMatmul(tilus.Script):
         if splits == 1:
             go = self.global_view(out_ptr, dtype=dtype, shape=[fmt.n, m_size], strides=[1, fmt.n])  # out^T
             self.store_global(go, acc.to(dtype), offsets=[n0, m0])
-        elif self.split_reduce == "serial":  # the splits of a tile add up here, in order (MatmulSplitK's way)
-            split = self.blockIdx.z
-            partials = self.global_tensor(dtype=float32, shape=[fmt.n, m_size], requires_clean=False)  # out^T
-            semaphores = self.global_tensor(dtype=int32, shape=[self.utils.ceil_div(fmt.n, bn),
-                                                                self.utils.ceil_div(m_size, bm)], requires_clean=True)
-            semaphore = semaphores[self.blockIdx.y, self.blockIdx.x].item_ptr()
-            if split > 0:
-                self.lock_semaphore(semaphore, split)
-                acc = acc + self.load_global(partials, offsets=[n0, m0], shape=[bn, bm], layout=c_layout)
-            if split == splits - 1:
+        elif self.split_reduce == "serial":  # the splits of a tile add up here, in split order
+            # every split stores its partial sums; the last to arrive adds them all, split 0 first, and writes the
+            # tile (no split waits for another, where a chain of semaphores made each wait for the one before)
+            partials = self.global_tensor(dtype=float32, shape=[splits, fmt.n, m_size], requires_clean=False)
+            counters = self.global_tensor(dtype=int32, shape=[self.utils.ceil_div(fmt.n, bn),
+                                                              self.utils.ceil_div(m_size, bm)], requires_clean=True)
+            self.store_global(partials, acc, offsets=[self.blockIdx.z, n0, m0], dims=[1, 2])
+            if self.arrive_last(counters[self.blockIdx.y, self.blockIdx.x].item_ptr(), splits):
+                total = self.load_global(partials, offsets=[0, n0, m0], shape=[bn, bm], dims=[1, 2], layout=c_layout)
+                for s in list(range(1, splits)):
+                    total = total + self.load_global(partials, offsets=[s, n0, m0], shape=[bn, bm], dims=[1, 2],
+                                                     layout=c_layout)
                 go = self.global_view(out_ptr, dtype=dtype, shape=[fmt.n, m_size], strides=[1, fmt.n])
-                self.store_global(go, acc.to(dtype), offsets=[n0, m0])
-                self.release_semaphore(semaphore, 0)
-            else:
-                self.store_global(partials, acc, offsets=[n0, m0])
-                self.release_semaphore(semaphore, split + 1)
+                self.store_global(go, total.to(dtype), offsets=[n0, m0])
         else:  # this split's partial sums; SplitKSum adds them up
             gws = self.global_view(ws_ptr, dtype=float32, shape=[splits, fmt.n, m_size],
                                    strides=[m_size * fmt.n, 1, fmt.n])

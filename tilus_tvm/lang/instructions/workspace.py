@@ -103,6 +103,36 @@ class WorkspaceInstructions(InstructionBase):
         (tensor, indices), value = _semaphore_operands("lock_semaphore", builder, semaphore, value)
         builder.emit(ir.LockSemaphore(tensor, indices, value))
 
+    def arrive_last(self, counter: Any, total: Any) -> Any:
+        """Whether this block is the ``total``-th to arrive at the int32 counter ``counter``
+        (``counts[i, j].item_ptr()``): a run-time scalar (int32, 1 or 0), the same in every thread of the block.
+
+        Called by the whole block (not inside a branch on the thread index): a block barrier (the block's
+        earlier global stores are done), then thread 0 runs a GPU-scope fence and an atomic add of 1 whose
+        result is its ticket. The block that draws ``total - 1`` runs a second fence, so its threads then see
+        every store the other blocks made before their ``arrive_last``, and sets the counter back to 0 (a
+        ``requires_clean`` workspace stays clean for the next launch). ``__syncthreads_or`` hands thread 0's
+        answer to the block. Unlike :meth:`lock_semaphore`, no block waits: the last to arrive does the work
+        that needs them all (split-K's sum, adding every split's partial sums in split order). ``total`` is
+        an int or an integer scalar expression; exactly ``total`` blocks must arrive.
+
+        >>> if self.arrive_last(counts[self.blockIdx.y].item_ptr(), splits):   # doctest: +SKIP
+        ...     ...   # every split's partial sums are visible here
+        """
+        from tvm import tirx
+
+        from tilus_tvm.ir.scalar import c_identifier
+        from tilus_tvm.ir.stmt import DeclareScalar
+
+        builder = self._builder("arrive_last")
+        (tensor, indices), total = _semaphore_operands("arrive_last", builder, counter, total)
+        if isinstance(total, int) and total < 1:
+            raise ScriptError(f"arrive_last: total must be at least 1 (the blocks that arrive), got {total}")
+        buffer = tirx.decl_buffer((1,), "int32", c_identifier(builder.fresh_name("arrived_last")), scope="local")
+        builder.append(DeclareScalar(buffer, None))
+        builder.emit(ir.ArriveLast(buffer, tensor, indices, total))
+        return tirx.BufferLoad(buffer, [0])
+
     def release_semaphore(self, semaphore: Any, value: Any) -> None:
         """Set the int32 semaphore ``semaphore`` to ``value`` once the block's earlier writes are visible.
 

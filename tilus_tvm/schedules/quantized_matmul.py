@@ -436,7 +436,7 @@ class QuantizedMatmul(tilus.Script):
             self.store_global(partials, acc, offsets=[self.blockIdx.z, n0, m0], dims=[1, 2])
             if self.arrive_last(counters[self.blockIdx.y, self.blockIdx.x].item_ptr(), splits):
                 total = self.load_global(partials, offsets=[0, n0, m0], shape=[bn, bm], dims=[1, 2], layout=c_layout)
-                for s in list(range(1, splits)):
+                for s in range(1, splits):  # a run-time loop: split_k may be large
                     total = total + self.load_global(partials, offsets=[s, n0, m0], shape=[bn, bm], dims=[1, 2],
                                                      layout=c_layout)
                 go = self.global_view(out_ptr, dtype=dtype, shape=[fmt.n, m_size], strides=[1, fmt.n])

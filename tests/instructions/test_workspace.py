@@ -20,11 +20,13 @@ STEPS = 4  # blocks along z that add into one tile, in order
 class OrderedSum(tilus.Script):
     """y[j] = x[0, j] + x[1, j] + ... summed in the order of blockIdx.z through a float32 workspace:
     block z waits for semaphore == z, adds the partial, passes z + 1 on; the last block writes y and
-    resets the semaphore to 0 (the workspace contract)."""
+    resets the semaphore to 0 (the workspace contract). With ``last=True`` (``LastAddsUp``) every block z
+    stores x[z] and arrives at its tile's counter (``arrive_last``); the last of the STEPS to arrive adds
+    the STEPS partials in z order and writes y. No block waits."""
 
-    def __init__(self, block: int = 128):
+    def __init__(self, block: int = 128, last: bool = False):
         super().__init__()
-        self.block = block
+        self.block, self.last = block, last
 
     def __call__(self, n: int32, x_ptr: ~float32, y_ptr: ~float32):
         tiles = self.utils.ceil_div(n, self.block)
@@ -32,20 +34,32 @@ class OrderedSum(tilus.Script):
         self.attrs.warps = 4
         gx = self.global_view(x_ptr, dtype=float32, shape=[STEPS, n])
         gy = self.global_view(y_ptr, dtype=float32, shape=[n])
-        partial = self.global_tensor(dtype=float32, shape=[n], requires_clean=False)
+        partial = self.global_tensor(dtype=float32, shape=[STEPS if self.last else 1, n], requires_clean=False)
         semaphores = self.global_tensor(dtype=int32, shape=[tiles], requires_clean=True)
         semaphore: ~int32 = semaphores[self.blockIdx.x].item_ptr()
         offset: int32 = self.blockIdx.x * self.block
         x = self.load_global(gx, offsets=[self.blockIdx.z, offset], shape=[self.block])
-        if self.blockIdx.z > 0:
-            self.lock_semaphore(semaphore, value=self.blockIdx.z)
-            x = x + self.load_global(partial, offsets=[offset], shape=[self.block])
-        if self.blockIdx.z == STEPS - 1:
-            self.store_global(gy, x, offsets=[offset])
-            self.release_semaphore(semaphore, value=0)
+        if self.last:
+            self.store_global(partial, x, offsets=[self.blockIdx.z, offset])
+            if self.arrive_last(semaphore, STEPS):
+                total = self.load_global(partial, offsets=[0, offset], shape=[self.block])
+                for z in range(1, STEPS):
+                    total = total + self.load_global(partial, offsets=[z, offset], shape=[self.block])
+                self.store_global(gy, total, offsets=[offset])
         else:
-            self.store_global(partial, x, offsets=[offset])
-            self.release_semaphore(semaphore, value=self.blockIdx.z + 1)
+            if self.blockIdx.z > 0:
+                self.lock_semaphore(semaphore, value=self.blockIdx.z)
+                x = x + self.load_global(partial, offsets=[0, offset], shape=[self.block])
+            if self.blockIdx.z == STEPS - 1:
+                self.store_global(gy, x, offsets=[offset])
+                self.release_semaphore(semaphore, value=0)
+            else:
+                self.store_global(partial, x, offsets=[0, offset])
+                self.release_semaphore(semaphore, value=self.blockIdx.z + 1)
+
+
+def LastAddsUp() -> OrderedSum:  # noqa: N802 - read as the kernel's name
+    return OrderedSum(last=True)
 
 
 class BlockShapedWorkspace(tilus.Script):
@@ -156,32 +170,6 @@ def test_workspace_shape_must_not_depend_on_the_block():
         BlockShapedWorkspace().tile_program(64, meta(64), target="sm_80")
 
 
-class LastAddsUp(tilus.Script):
-    """The same sum by arrive_last: every block z stores x[z] into the workspace and arrives at its tile's
-    counter; the last of the STEPS to arrive adds the STEPS partials in z order and writes y. No block waits."""
-
-    def __init__(self, block: int = 128):
-        super().__init__()
-        self.block = block
-
-    def __call__(self, n: int32, x_ptr: ~float32, y_ptr: ~float32):
-        tiles = self.utils.ceil_div(n, self.block)
-        self.attrs.blocks = [tiles, 1, STEPS]
-        self.attrs.warps = 4
-        gx = self.global_view(x_ptr, dtype=float32, shape=[STEPS, n])
-        gy = self.global_view(y_ptr, dtype=float32, shape=[n])
-        partials = self.global_tensor(dtype=float32, shape=[STEPS, n], requires_clean=False)
-        counters = self.global_tensor(dtype=int32, shape=[tiles], requires_clean=True)
-        offset: int32 = self.blockIdx.x * self.block
-        x = self.load_global(gx, offsets=[self.blockIdx.z, offset], shape=[self.block])
-        self.store_global(partials, x, offsets=[self.blockIdx.z, offset])
-        if self.arrive_last(counters[self.blockIdx.x].item_ptr(), STEPS):
-            total = self.load_global(partials, offsets=[0, offset], shape=[self.block])
-            for z in list(range(1, STEPS)):
-                total = total + self.load_global(partials, offsets=[z, offset], shape=[self.block])
-            self.store_global(gy, total, offsets=[offset])
-
-
 class Misuse(tilus.Script):
     def __init__(self, case: str):
         super().__init__()
@@ -269,8 +257,11 @@ def test_misuse_is_a_script_error_naming_the_argument(case, message):
 # --- GPU ------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-def test_ordered_sum_across_blocks_and_clean_semaphores_over_launches():
-    kernel = OrderedSum()
+@pytest.mark.parametrize("script", [OrderedSum, LastAddsUp], ids=["semaphore_chain", "arrive_last"])
+def test_ordered_sum_across_blocks_and_clean_semaphores_over_launches(script):
+    """Both hand-offs: the chain of semaphores and the last block to arrive, bit for bit in split order; the
+    semaphores / counters are zero again after every launch."""
+    kernel = script()
     for n in (1000, 128, 4000, 1000):  # the workspaces grow for 4000 and are reused after
         x = torch.randn(STEPS, n, device="cuda")
         y = torch.full((n,), float("nan"), device="cuda")
@@ -284,24 +275,6 @@ def test_ordered_sum_across_blocks_and_clean_semaphores_over_launches():
     (compiled,) = kernel._tilus.kernels.values()
     semaphores = compiled.workspaces().tensors[1][torch.cuda.current_device()]
     assert semaphores.numel() >= -(-4000 // 128) and int(semaphores.abs().sum()) == 0
-
-
-@pytest.mark.gpu
-def test_last_block_adds_up_and_leaves_the_counters_clean_over_launches():
-    kernel = LastAddsUp()
-    for n in (1000, 128, 4000, 1000):
-        x = torch.randn(STEPS, n, device="cuda")
-        y = torch.full((n,), float("nan"), device="cuda")
-        for _ in range(3):
-            y.fill_(float("nan"))
-            kernel(n, x, y)
-        expected = x[0]
-        for z in range(1, STEPS):
-            expected = expected + x[z]  # the same order in float32: bit for bit
-        torch.testing.assert_close(y, expected, rtol=0, atol=0)
-    (compiled,) = kernel._tilus.kernels.values()
-    counters = compiled.workspaces().tensors[1][torch.cuda.current_device()]
-    assert counters.numel() >= -(-4000 // 128) and int(counters.abs().sum()) == 0
 
 
 class ParameterSemaphores(tilus.Script):

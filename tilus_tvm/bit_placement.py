@@ -41,7 +41,12 @@ from tilus_tvm.dtypes import DataType, as_dtype
 from tilus_tvm.lowp import float_family, is_low_precision
 
 HALF_BITS = 16
-MANTISSA_BITS = {"float16": 10, "bfloat16": 7}
+
+
+def power_of_two(value) -> bool:
+    """Whether ``value`` is a positive power of two (an exact scale for a float)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and \
+        math.frexp(float(value))[0] == 0.5
 
 
 def placeable(dtype) -> bool:
@@ -63,7 +68,7 @@ def targets(dtype: DataType, half: str, place: int = 0) -> tuple[int, ...]:
     n = dtype.nbits
     if dtype.is_integer:
         return tuple(place + b for b in range(n))
-    mantissa = MANTISSA_BITS[half]
+    mantissa = as_dtype(half).mantissa_bits
     magnitude = dtype.exponent_bits + dtype.mantissa_bits
     spots = [mantissa - dtype.mantissa_bits + b for b in range(magnitude)]
     return tuple(spots + [HALF_BITS - 1] * (n - magnitude))
@@ -74,7 +79,7 @@ def places(dtype: DataType, half: str) -> tuple[int, ...]:
     ``(0,)`` for floats, whose places are fixed."""
     if not dtype.is_integer:
         return (0,)
-    return tuple(range(MANTISSA_BITS[half] - dtype.nbits + 1))
+    return tuple(range(as_dtype(half).mantissa_bits - dtype.nbits + 1))
 
 
 @dataclass(frozen=True)

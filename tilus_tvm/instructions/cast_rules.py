@@ -378,9 +378,15 @@ def float_pair(ops: Any, codes: Sequence[Any], dtype: DataType, half: str):
     """The 16-bit floats of two low-precision float codes, by placing their fields and one multiply."""
     lanes = [place_float(code, dtype, half) for code in codes]
     bits = lanes[0] | (lanes[1] << u32(16))
-    target_exponent, _ = HALF_FORMAT[half]
-    scale = math.ldexp(1.0, (1 << (target_exponent - 1)) - 1 - bias(dtype))
+    scale = rebias_factor(dtype, half)
     return bits if scale == 1.0 else ops.mul2(bits, scale, half)
+
+
+def rebias_factor(dtype: DataType, half: str) -> float:
+    """``2**(bias(half) - bias(dtype))``: a float code's fields placed into a ``half`` pattern (:func:`place_float`)
+    are its value times the inverse of this."""
+    target_exponent, _ = HALF_FORMAT[half]
+    return math.ldexp(1.0, (1 << (target_exponent - 1)) - 1 - bias(dtype))
 
 
 def place_float(code: Any, dtype: DataType, half: str):
@@ -424,7 +430,9 @@ def placed_block(ops: Any, words: Sequence[Any], placement: Any, half: str, scal
         raise ValueError(f"placed_block: target {half} is not float16 or bfloat16")
     if len(words) != placement.words:
         raise ValueError(f"placed_block: a {dtype.name} block is {placement.words} words, got {len(words)}")
-    if scale <= 0 or math.frexp(scale)[0] != 0.5:
+    from tilus_tvm.bit_placement import power_of_two
+
+    if not power_of_two(scale):
         raise ValueError(f"placed_block: scale {scale} is not a power of two")
     both = 0x00010001
     sources: dict = {}
@@ -438,7 +446,6 @@ def placed_block(ops: Any, words: Sequence[Any], placement: Any, half: str, scal
         return sources[(word, shift)]
 
     pattern, magic, _ = HALF_MAGIC[half]
-    target_exponent, _ = HALF_FORMAT[half]
     pairs = []
     for pair in range(placement.slots // 2):
         recipe = placement.recipe(pair, half)
@@ -455,6 +462,6 @@ def placed_block(ops: Any, words: Sequence[Any], placement: Any, half: str, scal
             add = -(magic * math.ldexp(1.0, -recipe.place) + offset) * scale
             pairs.append(ops.fma2(bits, (step, step), (add, add), half))
         else:
-            factor = math.ldexp(scale, (1 << (target_exponent - 1)) - 1 - bias(dtype))
+            factor = rebias_factor(dtype, half) * scale
             pairs.append(bits if factor == 1.0 else ops.mul2(bits, factor, half))
     return pairs

@@ -25,8 +25,12 @@ def emit_allocate_global(ctx: CodegenContext, inst: ir.AllocateGlobal) -> None:
     ctx.declare_global_view(inst.output)
 
 
+def _indices(inst) -> list:
+    return [const(i, "int32") if isinstance(i, int) else i for i in inst.indices]
+
+
 def _address(ctx: CodegenContext, inst) -> tirx.PrimExpr:
-    return ctx.view(inst.tensor).ptr_to([const(i, "int32") if isinstance(i, int) else i for i in inst.indices])
+    return ctx.view(inst.tensor).ptr_to(_indices(inst))
 
 
 def emit_lock_semaphore(ctx: CodegenContext, inst: ir.LockSemaphore) -> None:
@@ -58,8 +62,7 @@ def emit_arrive_last(ctx: CodegenContext, inst: ir.ArriveLast) -> None:
         Tb.buffer_store(inst.buffer, tirx.Cast("int32", add == const(inst.total, "int32") - 1), [0])
         with ctx.guarded(last != 0):
             Tb.evaluate(Tb.cuda.thread_fence())
-            indices = [const(i, "int32") if isinstance(i, int) else i for i in inst.indices]
-            Tb.buffer_store(ctx.view(inst.tensor), const(0, "int32"), indices)
+            Tb.buffer_store(ctx.view(inst.tensor), const(0, "int32"), _indices(inst))
     Tb.buffer_store(inst.buffer, tirx.Cast("int32", Tb.cuda.syncthreads_or(last != 0)), [0])
 
 

@@ -10,11 +10,11 @@ where ``storage`` is the weight **already in the layout of** :func:`~tilus_tvm.s
 (``int32`` of shape ``WeightFormat.storage_shape``), ``scales`` / ``zeros`` are [K / g, N] in the
 activations' dtype, and ``tilus_dequantize_<...>`` is a TE PrimFunc that decodes that layout
 element by element: it finds the 32-bit word and bit offset of each code (``w[k, n]`` is code slot
-``j`` of lane ``l`` of its unit, see :mod:`tilus_tvm.schedules.quantized_weight`; for bit-placed formats,
-each bit's word and offset), extracts it with shifts and masks, sign-extends signed types and computes ``(code - z) * s`` in float32. The PrimFunc
-carries the attribute ``tilus.dequantize`` (the weight dtype, K, N, group size and whether there are
-zero points), so the pattern needs no reverse engineering of bit arithmetic, and the matmul stays a
-plain ``R.matmul``.
+``j`` of lane ``l`` of its unit, see :mod:`tilus_tvm.schedules.quantized_weight`; for bit-placed
+formats, each bit's word and offset), extracts it with shifts and masks, sign-extends signed types and
+computes ``(code - z) * s`` in float32. The PrimFunc carries the attribute ``tilus.dequantize`` (the
+weight dtype, K, N, group size and whether there are zero points), so the pattern needs no reverse
+engineering of bit arithmetic, and the matmul stays a plain ``R.matmul``.
 
 :class:`QuantizedLinear` (a ``relax.frontend.nn`` module) emits exactly this. Its parameters are the
 packed tensors themselves, so nothing is transformed at load time: :func:`linear_params` turns the

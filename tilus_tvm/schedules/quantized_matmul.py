@@ -120,13 +120,13 @@ def placed_fold(fmt: WeightFormat, dtype: Any, zero_points: bool, weights_scaled
     times ``2**(bias - 15)``: one multiply a pair fewer), where nothing else sees the weights' values -- no zero
     points, and scales multiplied in float32 after the dot rather than into the weights. Else 1. (bfloat16
     keeps its multiply: the placed pattern of a small code would be a bfloat16 subnormal.)"""
-    from tilus_tvm.instructions.cast_rules import bias
+    from tilus_tvm.instructions.cast_rules import rebias_factor
 
     if fmt.placement is None or not fmt.dtype.is_float or as_dtype(dtype) != float16 or zero_points:
         return 1.0
     if weights_scaled and not fmt.per_channel:
         return 1.0
-    return float(2 ** (15 - bias(fmt.dtype)))
+    return rebias_factor(fmt.dtype, "float16")
 
 
 # how the split_k partial sums of a tile meet: "kernel", a second kernel (SplitKSum) adds them up from a
@@ -402,10 +402,7 @@ class QuantizedMatmul(tilus.Script):
             else:
                 zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
                 partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
-                if self.fold == 1.0:
-                    acc = acc + partial * s_ahead[0].to(float32)
-                else:  # the weights are their values times 2**-k (placed floats): the scales take 2**k
-                    acc = acc + partial * (s_ahead[0].to(float32) * self.fold)
+                acc = acc + partial * self.folded(s_ahead[0].to(float32))
             if release:
                 self.mbarrier_arrive(xfree[i % self.stages])  # this thread's wgmma have read the stage
             elif self.stage_activations:
@@ -418,10 +415,7 @@ class QuantizedMatmul(tilus.Script):
                 if queue:
                     self.assign(queue[-1], new)
         if fmt.per_channel:
-            if self.fold == 1.0:
-                acc = acc * self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32)
-            else:
-                acc = acc * (self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32) * self.fold)
+            acc = acc * self.folded(self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32))
         if self.stage_activations or ring:
             self.copy_async_wait_all()
         if splits == 1:
@@ -445,6 +439,10 @@ class QuantizedMatmul(tilus.Script):
             gws = self.global_view(ws_ptr, dtype=float32, shape=[splits, fmt.n, m_size],
                                    strides=[m_size * fmt.n, 1, fmt.n])
             self.store_global(gws, acc, offsets=[self.blockIdx.z, n0, m0], dims=[1, 2])
+
+    def folded(self, scales):
+        """Float32 ``scales`` times the power of two the weights were left without (:func:`placed_fold`), if any."""
+        return scales if self.fold == 1.0 else scales * self.fold
 
     def stage_activation_tile(self, ga, sx, stage, m0, step, chunk, barrier=None, after=None):
         """The activations of k-step ``step`` (rows from ``m0``) into ``sx[stage]``, ``chunk`` columns a tile:

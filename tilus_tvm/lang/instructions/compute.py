@@ -1,7 +1,6 @@
 """Computation instructions of ``tilus_tvm.Script``: elementwise math, reductions, scans, dot, printf."""
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 from tilus_tvm import dtypes
@@ -196,7 +195,7 @@ class ComputeInstructions(InstructionBase):
         return builder.materialize(cast_value(x, dtype), result)
 
     def _placed_cast(self, x, dtype, layout, out, placement, scale) -> RegisterTensor:
-        from tilus_tvm.bit_placement import BitPlacement
+        from tilus_tvm.bit_placement import BitPlacement, power_of_two
         from tilus_tvm.ir import inst as ir
 
         builder = self._builder("cast")
@@ -210,8 +209,7 @@ class ComputeInstructions(InstructionBase):
         dtype = dtypes.as_dtype(dtype)
         if dtype.name not in ("float16", "bfloat16"):
             raise ScriptError(f"cast: placed codes convert into float16 or bfloat16, not {dtype.name}")
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0 or \
-                math.frexp(float(scale))[0] != 0.5:
+        if not power_of_two(scale):
             raise ScriptError(f"cast: scale must be a power of two (it multiplies exactly), got {scale!r}")
         if out is not None:
             layout = out.layout if layout is None else layout

@@ -5,10 +5,13 @@ import pytest
 import torch
 from tvm import tirx
 
+import tilus_tvm as tilus
 from tilus_tvm import dtypes, lowp
+from tilus_tvm.errors import ScriptError
 from tilus_tvm.bit_placement import placeable, placement
 from tilus_tvm.dtypes import float_type, int_type
 from tilus_tvm.instructions import cast_rules as rules
+from tilus_tvm.layout import spatial
 from tests.instructions.test_cast_rules import half_bits, run_cpu
 
 PLACEABLE = [int_type(n, s) for n in (3, 5, 6, 7) for s in (False, True)] + [
@@ -124,3 +127,67 @@ def test_placed_block_scale_is_folded(dtype):
             assert got.tolist() == half_bits(values[codes[:, 2 * j + lane]], "float16").tolist()
     with pytest.raises(ValueError, match="not a power of two"):
         rules.placed_block(Counting(), words, p, "float16", scale=0.3)
+
+
+class PlacedCast(tilus.Script):
+    """A [32, 128] tile of float6_e3m2 codes (16 a thread: one placement block), cast into float16 by its
+    placement; ``case`` names a misuse."""
+
+    def __init__(self, case: str = "ok"):
+        super().__init__()
+        self.case = case
+        self.layout = spatial(32, 4).local(1, 32)
+        self.narrow = spatial(32, 4).local(1, 8)
+        self.fp6, self.u3 = placement(dtypes.float6_e3m2), placement(dtypes.uint3b)
+
+    def __call__(self, x_ptr: ~dtypes.float6_e3m2, y_ptr: ~dtypes.float16):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=dtypes.float6_e3m2, shape=[32, 128])
+        gy = self.global_view(y_ptr, dtype=dtypes.float16, shape=[32, 128])
+        x = self.load_global(gx, offsets=[0, 0], shape=[32, 128], layout=self.layout)
+        fp6, case = self.fp6, self.case
+        if case == "ok":  # the multiply by 2**12 folded away
+            y = self.cast(x, dtypes.float16, placement=fp6, scale=2.0 ** -12)
+        elif case == "not_a_placement":
+            y = self.cast(x, dtypes.float16, placement="float6_e3m2")
+        elif case == "scale_alone":
+            y = self.cast(x, dtypes.float16, scale=0.5)
+        elif case == "other_type":
+            y = self.cast(x, dtypes.float16, placement=self.u3)
+        elif case == "float32":
+            y = self.cast(x, dtypes.float32, placement=fp6)
+        elif case == "not_a_power_of_two":
+            y = self.cast(x, dtypes.float16, placement=fp6, scale=0.3)
+        elif case == "other_layout":
+            y = self.cast(x, dtypes.float16, placement=fp6, layout=self.narrow)
+        else:  # "partial_block": 8 codes a thread
+            y = self.cast(self.load_global(gx, offsets=[0, 0], shape=[32, 32], layout=self.narrow),
+                          dtypes.float16, placement=fp6)
+        self.store_global(gy, y, offsets=[0, 0])
+
+
+def placed_cast_args():
+    from tilus_tvm.lowp import storage_torch_dtypes
+
+    return (torch.zeros(dtypes.float6_e3m2.storage_bytes(32 * 128), dtype=storage_torch_dtypes("float6_e3m2")[0]),
+            torch.zeros(32 * 128, dtype=torch.float16))
+
+
+def test_placed_cast_lowers_to_masks_and_no_multiply_when_the_scale_folds_it():
+    source = PlacedCast().compile(*placed_cast_args(), target="sm_90").cuda_source
+    assert "lop3.b32" in source and "fma.rn.f16x2" not in source
+
+
+@pytest.mark.parametrize("case, message", [
+    ("not_a_placement", r"cast: placement must be a tilus_tvm.bit_placement.BitPlacement, got 'float6_e3m2'"),
+    ("scale_alone", r"cast: placement must be .*BitPlacement \(scale is for placed codes only\), got None"),
+    ("other_type", r"cast: x must be a register tensor of uint3b, the placement's type"),
+    ("float32", r"cast: placed codes convert into float16 or bfloat16, not float32"),
+    ("not_a_power_of_two", r"cast: scale must be a power of two \(it multiplies exactly\), got 0.3"),
+    ("other_layout", r"cast: placed codes keep their layout"),
+    ("partial_block", r"cast: a float6_e3m2 placement block is 16 codes; x's layout gives each thread 8"),
+])
+def test_placed_cast_misuse_is_a_script_error_naming_the_argument(case, message):
+    with pytest.raises(ScriptError, match=message):
+        PlacedCast(case).tile_program(*placed_cast_args(), target="sm_90")

@@ -233,7 +233,13 @@ def emit_mbarrier_wait(ctx: CodegenContext, inst: ir.MbarrierWait) -> None:
 
 
 def emit_mbarrier_arrive(ctx: CodegenContext, inst: ir.MbarrierArrive) -> None:
-    Tb.evaluate(ptx.emit_mbarrier_arrive(_shared_address(ctx, inst.barrier)))
+    if not inst.per_warp:
+        Tb.evaluate(ptx.emit_mbarrier_arrive(_shared_address(ctx, inst.barrier)))
+        return
+    Tb.evaluate(Tb.cuda.warp_sync())  # __syncwarp: the warp's reads before lane 0's arrival
+    with Tb.If(ctx.tx % 32 == 0):
+        with Tb.Then():
+            Tb.evaluate(ptx.emit_mbarrier_arrive(_shared_address(ctx, inst.barrier)))
 
 
 def shared_layouts_tma(inst: ir.TmaLoad) -> list:

@@ -284,9 +284,11 @@ class MbarrierWait(Instruction):
 @dataclass(eq=False)
 class MbarrierArrive(Instruction):
     """Every thread arrives once on ``barrier`` (one element of a uint64 shared tensor), releasing what it
-    did before (``mbarrier.arrive``, release semantics at block scope)."""
+    did before (``mbarrier.arrive``, release semantics at block scope); ``per_warp``: each warp meets at
+    ``__syncwarp`` and its lane 0 arrives once for it."""
 
     barrier: SharedTensor
+    per_warp: bool = False
 
 
 @dataclass(eq=False)

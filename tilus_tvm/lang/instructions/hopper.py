@@ -87,12 +87,17 @@ class HopperInstructions(InstructionBase):
         _check_phase("mbarrier_wait", phase)
         self._builder("mbarrier_wait").emit(ir.MbarrierWait(barrier, phase))
 
-    def mbarrier_arrive(self, barrier: SharedTensor) -> None:
+    def mbarrier_arrive(self, barrier: SharedTensor, per_warp: bool = False) -> None:
         """Every thread arrives once on ``barrier`` (``bars[i]``), with release semantics: what it did
         before, its reads of shared memory included, is ordered before whatever waits for the phase.
         A barrier released this way by every thread of the block is initialised with
-        ``arrivals=self.attrs.warps * 32``; ``tma_load(after=...)`` waits for it before refilling a stage."""
-        self._builder("mbarrier_arrive").emit(ir.MbarrierArrive(_barrier("mbarrier_arrive", barrier)))
+        ``arrivals=self.attrs.warps * 32``; ``tma_load(after=...)`` waits for it before refilling a stage.
+        ``per_warp=True``: the lanes of each warp meet at ``__syncwarp`` (which orders their reads before
+        lane 0's later arrival) and lane 0 arrives once for its warp (``arrivals=self.attrs.warps``): one
+        arrival a warp instead of 32, which the barrier's shared word takes one after another."""
+        if not isinstance(per_warp, bool):
+            raise ScriptError(f"mbarrier_arrive: per_warp must be True or False, got {per_warp!r}")
+        self._builder("mbarrier_arrive").emit(ir.MbarrierArrive(_barrier("mbarrier_arrive", barrier), per_warp))
 
     def tma_load(self, src: GlobalTensor, dst: SharedTensor, offsets, barrier: SharedTensor, dims=None,
                  after=None) -> None:

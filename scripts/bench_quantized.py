@@ -150,6 +150,7 @@ def config_text(config: Config) -> str:
             + (f" ring{config.weight_ring}" if config.weight_ring else "")
             + (" cp.async-x" if config.warpgroup_mma and config.tma_activations is False else "")
             + (" released" if config.release_barriers else "")
+            + (" fixed" if config.fixed_slots else "")
             + (" +SplitKSum" if config.split_k > 1 and config.split_reduce == "kernel" else ""))
 
 

@@ -131,6 +131,50 @@ def test_decode_kernel_streams_weights_through_a_tma_ring():
         QuantizedMatmul(fmt, weight_stages=1)
 
 
+def test_weight_ring_released_by_one_arrival_a_warp():
+    """weight_stages with release_barriers: no block-wide barrier in the k-loop; each warp meets at __syncwarp and
+    its lane 0 arrives once on the stage's release barrier (initialised for one arrival a warp); only the thread
+    that refills a stage waits for that barrier."""
+    fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
+    config = replace(choose_config(1, fmt), weight_ring=0, weight_stages=3, release_barriers=True)
+    _, compiled = compile_kernel(fmt, 1, config, target="sm_90a")
+    source = compiled.cuda_source[compiled.cuda_source.rindex("__global__"):]
+    loop = source[source.index("for (int v"):]
+    loop = loop[:loop.index("__syncthreads") if "__syncthreads" in loop else len(loop)]
+    assert "mbarrier_arrive_nocount" in loop and "tvm_builtin_cuda_warp_sync();" in loop
+    assert re.search(r"tvm_builtin_cuda_warp_sync\(\);\s*if \(\(\(\(int\)threadIdx.x\) % 32\) == 0\) \{\s*"
+                     r"tvm_builtin_ptx_mbarrier_arrive_nocount", loop)
+    inits = re.findall(r"mbarrier_init_init_shared_b64\([^;]*\(uint\)(\d+)\);", source)
+    assert sorted(inits) == ["1"] * 3 + ["4"] * 3  # the TMA's arrival a stage; the 4 warps' releases
+    assert "bar.warp.sync" in ptx(compiled, "sm_90a")
+    with pytest.raises(ScriptError, match="release_barriers is for stages that TMA fills"):
+        QuantizedMatmul(fmt, release_barriers=True)
+
+
+@pytest.mark.parametrize("prefetch,unroll", [(2, 2), (3, 6)])
+def test_fixed_slots_unroll_the_k_loop(prefetch, unroll):
+    """fixed_slots: the k-loop is unrolled by the least multiple of the queues' depths (weights `prefetch`,
+    activations and scales 2), each slot refilled with the step `depth` ahead once its step has used it; a tail
+    shorter than the unrolling is guarded. Rotating queues (the default) keep one step a loop iteration."""
+    fmt = WeightFormat(dtypes.uint2b, 1024, 512, 128)  # 8 k-steps
+    config = Config(block_m=8, prefetch=prefetch, split_k=1, fixed_slots=True)
+    kernel, compiled = compile_kernel(fmt, 1, config)
+    assert kernel.queue_depths() == (prefetch, 2, 2, 0, unroll)
+    source = compiled.cuda_source[compiled.cuda_source.rindex("__global__"):]
+    rounds = -(-8 // unroll)
+    assert re.search(rf"for \(int v\w* = 0; v\w* < {rounds}; \+\+v\w*\)", source)
+    # the tail's guard: steps 6 * v + u < 8 for u >= 2 is v < 1
+    assert bool(re.search(r"if \(v\w* < 1\)", source)) == (8 % unroll != 0)
+    assert "mma.sync.aligned.m16n8k16" in ptx(compiled, "sm_90")
+    rotating = QuantizedMatmul(fmt, block_m=8, prefetch=prefetch)
+    assert rotating.queue_depths() == (prefetch, 1, 1, 0, 1)
+    assert QuantizedMatmul(fmt, zero_points=True, fixed_slots=True).queue_depths()[3] == 2
+    per_channel = WeightFormat(dtypes.uint2b, 1024, 512, 1024)
+    assert QuantizedMatmul(per_channel, zero_points=True, fixed_slots=True).queue_depths()[2:4] == (0, 1)
+    with pytest.raises(ScriptError, match="fixed_slots=1 must be True or False"):
+        QuantizedMatmul(fmt, fixed_slots=1)
+
+
 def test_decode_kernel_streams_weights_through_a_per_thread_ring():
     """weight_ring: each thread cp.asyncs its own 16-byte weight vectors into a ring and reads them back after its
     own wait: no barrier, no global load of weights into registers; misuse is refused by name."""
@@ -182,7 +226,7 @@ def test_wgmma_stages_released_by_barriers():
     assert "mbarrier_arrive_nocount" not in synced.cuda_source
     for kwargs in ({}, {"warpgroup_mma": True, "warps": 4, "stage_activations": True, "scale_weights": True,
                         "tma_activations": False}):
-        with pytest.raises(ScriptError, match="release_barriers is for activations loaded by TMA"):
+        with pytest.raises(ScriptError, match="release_barriers is for stages that TMA fills"):
             QuantizedMatmul(fmt, release_barriers=True, **kwargs)
 
 
@@ -343,11 +387,18 @@ def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
 
 
 def test_table_rows_for_five_and_seven_bit_weights():
-    """5-bit decode on sm_90a takes the TMA weight ring where the grid fills the SMs unsplit (the per-thread ring
-    elsewhere, and on other GPUs); 7-bit at 9-16 rows takes blocks of 8 warps where two splits suffice."""
+    """4- to 8-bit decode on sm_90a takes the TMA weight ring, released by the warps, with fixed register slots,
+    where the grid fills the SMs unsplit (the per-thread ring elsewhere, and on other GPUs; never for 2 or 3
+    bits); 7-bit at 9-16 rows takes blocks of 8 warps where two splits suffice."""
     five = WeightFormat(dtypes.int5b, 8192, 28672, 128)
     hopper = choose_config(1, five, 132, wgmma=True)
-    assert (hopper.weight_stages, hopper.weight_ring, hopper.units_per_warp, hopper.split_k) == (3, 0, 1, 2)
+    assert (hopper.weight_stages, hopper.weight_ring, hopper.units_per_warp, hopper.split_k) == (3, 0, 2, 2)
+    assert hopper.release_barriers and hopper.fixed_slots and not hopper.stage_activations
+    eight = choose_config(8, WeightFormat(dtypes.float8_e4m3, 8192, 28672, 128), 132, wgmma=True)
+    assert (eight.weight_stages, eight.units_per_warp, eight.split_k, eight.stage_activations) == (3, 1, 2, True)
+    for narrow in (dtypes.uint2b, dtypes.uint3b):
+        assert not choose_config(1, WeightFormat(narrow, 8192, 28672, 128), 132, wgmma=True).weight_stages
+    assert not choose_config(16, five, 132, wgmma=True).weight_stages
     assert choose_config(1, five, 132).weight_ring == 4 and not choose_config(1, five, 132).weight_stages
     few_channels = choose_config(1, WeightFormat(dtypes.int5b, 11008, 4096, 128), 132, wgmma=True)
     assert (few_channels.weight_stages, few_channels.weight_ring) == (0, 4)

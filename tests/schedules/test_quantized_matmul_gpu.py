@@ -118,14 +118,37 @@ def test_warpgroup_mma_stages_released_by_barriers(name, m, k, group, zero_point
     ("uint4b", 1, 4096, 1024, 128, 2, 4), ("uint2b", 3, 2048, 640, 64, 1, 3), ("int3b", 16, 1024, 300, None, 1, 6),
     ("uint8", 8, 1024, 256, 128, 2, 2), ("float6_e3m2", 1, 2048, 512, 32, 4, 4), ("float4_e2m1", 5, 384, 77, 64, 1, 8),
     ("int5b", 2, 2048, 520, 128, 2, 3)])
-def test_weights_through_a_tma_ring(name, m, k, n, group, split, stages):
-    """weight_stages: the weights of ``stages - 1`` k-steps in flight through TMA (Hopper), against torch."""
+@pytest.mark.parametrize("release", [False, True])
+def test_weights_through_a_tma_ring(name, m, k, n, group, split, stages, release):
+    """weight_stages: the weights of ``stages - 1`` k-steps in flight through TMA (Hopper), against torch; each
+    stage released by a block barrier a step, or (release_barriers) by every thread's arrival on its barrier."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("TMA needs sm_90")
     config = Config(block_m=8 if m <= 8 else 16, prefetch=2, split_k=split, weight_stages=stages,
-                    stage_activations=m > 8, stages=3)
+                    stage_activations=m > 8, stages=3, release_barriers=release)
     for seed in (0, 1):
         check(name, m, k, n, group, seed=seed, config=config)
+
+
+@pytest.mark.parametrize("name,m,k,n,group,zero_points,dtype,overrides", [
+    ("uint2b", 1, 1024, 384, 128, False, torch.float16, {"prefetch": 2}),  # registers, unrolled by 2
+    ("int4b", 3, 896, 200, 128, True, torch.bfloat16, {"prefetch": 3}),  # unrolled by 6, 7 steps: a guarded tail
+    ("uint3b", 2, 1152, 256, 64, False, torch.float16, {"prefetch": 1, "split_k": 3}),  # 18 steps, 6 a split
+    ("uint4b", 1, 2048, 512, 128, True, torch.float16, {"units_per_warp": 1, "weight_ring": 4}),
+    ("float6_e3m2", 16, 1024, 256, 32, False, torch.float16, {"stage_activations": True, "stages": 3}),
+    ("uint4b", 5, 1024, 300, None, True, torch.float16, {"prefetch": 2}),  # per channel: one zero-point slot
+    ("int5b", 1, 2048, 512, 128, False, torch.float16, {"weight_stages": 3, "release_barriers": True}),
+    ("float8_e4m3", 8, 1536, 640, 128, True, torch.bfloat16, {"units_per_warp": 1, "stage_activations": True,
+                                                              "stages": 3, "weight_stages": 3,
+                                                              "release_barriers": True})])
+def test_fixed_register_slots(name, m, k, n, group, zero_points, dtype, overrides):
+    """fixed_slots: the k-loop unrolled so that every register queue (weights, activations, scales, zero points)
+    keeps its slots in place, on each load path, against torch (TMA rows on sm_90 only)."""
+    if overrides.get("weight_stages") and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs sm_90")
+    config = Config(**{"block_m": 8 if m <= 8 else 16, "split_k": 1, "fixed_slots": True, **overrides})
+    for seed in (0, 1):
+        check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, seed=seed, config=config)
 
 
 @pytest.mark.parametrize("name,m,tma", [("uint4b", 200, False), ("int3b", 130, None), ("float8_e4m3", 64, False)])

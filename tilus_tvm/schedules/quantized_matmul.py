@@ -49,13 +49,20 @@ and activations travel in one cp.async group.
 
 ``weight_stages=N`` (Hopper) streams the weights instead through a ring of N k-steps in shared memory that
 one thread fills with TMA (``tma_load``; the storage viewed as [granules, steps, chunks, 32 x words], one
-barrier a stage); each warp then reads its 16-byte vectors from shared memory, and the block
-synchronises every k-step before a stage is refilled. H100, 1x8192x28672: u4 49.7 us with 3 stages
-against 51.4-52.6 for the register paths, but u2 and uint8 slower (43.2 against 35.6 us, 104.2 against
-85.8): the table does not use it.
+barrier a stage); each warp then reads its 16-byte vectors from shared memory. A stage is refilled once the
+block has met at a barrier after reading it, or with ``release_barriers``, once every warp has arrived on the
+stage's release barrier (``mbarrier_arrive(per_warp=True)``: one arrival a warp), which only the refilling
+thread waits for. The table takes the released ring on sm_90a for 4- to 8-bit weights up to 8 rows where the
+grid fills the SMs (H100, 1x8192x28672: u4 50.0 -> 47.6 us, see ``HOPPER_CONFIGS``).
 
-A step's scales (and zero points) are loaded one step ahead, like its activations: waiting for them in
-the step that used them cost fp4 weights 23% and u2 10% at 1x8192x28672.
+A step's scales (and zero points) are loaded ahead, like its activations: waiting for them in the step that
+used them cost fp4 weights 23% and u2 10% at 1x8192x28672. By default a queue keeps the current step's
+registers, loads the next step's at the start of a step and moves up by copies at its end; each copy waits for
+its load, which on the ring row put 44% of the stall samples (Nsight Compute, u4 at 1x8192x28672) on the copy
+of the next step's scales. With ``fixed_slots`` every queue keeps its steps in slots of fixed registers, each
+refilled with the step ``depth`` ahead once its step has used it, in a k-loop unrolled by a multiple of the
+depths (:meth:`QuantizedMatmul.queue_depths`). The unrolled loop takes more registers (the ring row: 52 -> 76,
+49.8 -> 57.2 us), so the table uses it only with the TMA ring, whose threads hold no weights in flight.
 
 The grid is (M / block_m, N / block_n): the batch tiles of one weight tile run next to each other,
 so a weight tile read by several batch tiles comes from L2 after the first. With few blocks (decode),
@@ -80,6 +87,7 @@ counters of the serial reduction.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
@@ -166,10 +174,12 @@ class QuantizedMatmul(tilus.Script):
     the depth of a ring of k-steps of weights that TMA fills in shared memory (Hopper; ``prefetch`` is
     then unused: ``weight_stages - 1`` steps are in flight); ``weight_ring``: 0, or the depth of a ring of
     k-steps of weights in shared memory that each thread fills for itself with ``cp.async`` (no barrier;
-    ``prefetch`` is then unused); ``release_barriers`` (``warpgroup_mma`` with activations by TMA): each
-    activation stage is released by a barrier that every thread arrives on once its ``wgmma`` have read it, and
-    only the thread that refills the stage waits for it, instead of a block-wide barrier every k-step, so the
-    warpgroups drift apart and one converts its weights while the other's ``wgmma`` run; ``min_blocks``: blocks
+    ``prefetch`` is then unused); ``release_barriers`` (stages that TMA fills: ``warpgroup_mma``'s activations,
+    ``weight_stages``' weights): each stage is released by a barrier that every warp arrives on once it has
+    read the stage, and only the thread that refills the stage waits for it, instead of a block-wide barrier
+    every k-step, so the warps drift apart (with ``warpgroup_mma``, one warpgroup converts its weights while the
+    other's ``wgmma`` run); ``fixed_slots``: register queues in fixed slots
+    of a k-loop unrolled by their depths (module docstring); ``min_blocks``: blocks
     that must fit on an SM (``__launch_bounds__``; ptxas keeps registers below ``65536 / (min_blocks * 32 *
     warps)``, spilling if it must; 0 lets it choose).
     """
@@ -178,7 +188,8 @@ class QuantizedMatmul(tilus.Script):
                  units_per_warp: int = 2, block_m: int = 8, stage_activations: bool = False, stages: int = 2,
                  scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "serial",
                  min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0,
-                 tma_activations: Optional[bool] = None, weight_ring: int = 0, release_barriers: bool = False):
+                 tma_activations: Optional[bool] = None, weight_ring: int = 0, release_barriers: bool = False,
+                 fixed_slots: bool = False):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -227,10 +238,13 @@ class QuantizedMatmul(tilus.Script):
             raise ScriptError(f"QuantizedMatmul: tma_activations={tma_activations!r} must be None (with warpgroup_mma, "
                               f"when the activations are 16-byte aligned), True (warpgroup_mma only) or False")
         self.tma_activations = tma_activations
-        if release_barriers and (not self.warpgroup_mma or tma_activations is False):
-            raise ScriptError("QuantizedMatmul: release_barriers is for activations loaded by TMA (warpgroup_mma, "
-                              "tma_activations None or True)")
+        if release_barriers and not self.weight_stages and (not self.warpgroup_mma or tma_activations is False):
+            raise ScriptError("QuantizedMatmul: release_barriers is for stages that TMA fills: the weights' "
+                              "(weight_stages) or the activations' (warpgroup_mma, tma_activations None or True)")
         self.release_barriers = bool(release_barriers)
+        if not isinstance(fixed_slots, bool):
+            raise ScriptError(f"QuantizedMatmul: fixed_slots={fixed_slots!r} must be True or False")
+        self.fixed_slots = fixed_slots
         self.fold = placed_fold(fmt, dtype, self.zero_points, self.warpgroup_mma or self.scale_weights)
         if self.warpgroup_mma:
             if warps % 4 or not stage_activations or not (scale_weights or fmt.per_channel):
@@ -294,7 +308,7 @@ class QuantizedMatmul(tilus.Script):
                 self.mbarrier_init(xbars, arrivals=kt // chunk)
                 if release:  # every thread releases a stage it has read
                     xfree = self.shared_tensor(dtype=uint64, shape=[self.stages])
-                    self.mbarrier_init(xfree, arrivals=warps * 32)
+                    self.mbarrier_init(xfree, arrivals=warps)
             for s in range(self.stages - 1):
                 if tma_x:
                     if s < steps:
@@ -304,7 +318,6 @@ class QuantizedMatmul(tilus.Script):
                     self.copy_async_commit_group()
         # the weights of the next `prefetch` steps are in flight while a step computes: in registers, or with
         # weight_stages, in a ring of shared memory that TMA fills (one barrier a stage)
-        ahead = []
         wst = self.weight_stages
         if wst:
             granules, chunks, _, vector = words.shape
@@ -313,107 +326,155 @@ class QuantizedMatmul(tilus.Script):
             sw = self.shared_tensor(dtype=int32, shape=[wst, granules, chunks, 32 * vector])
             wbars = self.shared_tensor(dtype=uint64, shape=[wst])
             self.mbarrier_init(wbars, arrivals=1)
+            if self.release_barriers:  # every warp releases a weight stage it has read
+                wfree = self.shared_tensor(dtype=uint64, shape=[wst])
+                self.mbarrier_init(wfree, arrivals=warps)
             for j in range(wst - 1):
                 if j < steps:
                     self.tma_load(src=gw_tma, dst=sw[j], offsets=[granule0, first + j, 0, 0], dims=[0, 2, 3],
                                   barrier=wbars[j])
-        elif not ring:
-            for j in list(range(self.prefetch)):
-                ahead.append(self.load_global(gw, offsets=[granule0, first + j, 0, 0, 0], shape=list(words.shape),
-                                              dims=[0, 2, 3, 4], layout=words))
-        x_now = None if self.stage_activations else \
-            self.load_global(ga, offsets=[m0, first * kt], shape=[bm, kt], layout=x_layout)
-        # a step's scales (and zero points) come from DRAM too: they are loaded a step ahead, like the
-        # activations (waiting for them in the step that used them stalled every step for a memory round
-        # trip; two steps ahead measured no faster)
-        grouped = not fmt.per_channel
-        group0 = first * kt // fmt.group_size
-        s_ahead = [self.load_global(gs, offsets=[n0, group0], shape=[bn, 1])] if grouped else []
-        z_ahead = [self.load_global(gz, offsets=[n0, group0], shape=[bn, 1])] if self.zero_points else []
-        for i in range(steps):
-            step = first + i
-            if wst:
-                self.mbarrier_wait(wbars[i % wst], i // wst % 2)  # step i's weights have landed
-                self.sync()  # every warp has read step i - 1's stage: it takes step i + wst - 1
-                if i + wst - 1 < steps:
-                    self.tma_load(src=gw_tma, dst=sw[(i + wst - 1) % wst], offsets=[granule0, step + wst - 1, 0, 0],
-                                  dims=[0, 2, 3], barrier=wbars[(i + wst - 1) % wst])
-                w_now = self.load_shared(self.reshape_shared(sw[i % wst], list(words.shape)), layout=words)
-            elif ring:  # step i + ring - 1's words into the slot this thread read a step ago
-                self.copy_async(src=gw, dst=sring[(i + ring - 1) % ring], offsets=[granule0, step + ring - 1, 0, 0, 0],
-                                dims=[0, 2, 3, 4], layout=words)
-                if not self.stage_activations:  # (else they join the activations' group below)
-                    self.copy_async_commit_group()
-                    self.copy_async_wait_group(ring - 1)  # this thread's copies of step i have landed
-                    w_now = self.load_shared(sring[i % ring], layout=words)
-            else:
-                w_new = self.load_global(gw, offsets=[granule0, step + self.prefetch, 0, 0, 0],
-                                         shape=list(words.shape), dims=[0, 2, 3, 4], layout=words)
-                w_now = ahead[0]
-            if self.stage_activations and tma_x:
-                # step i's activations have landed; step i - 1's stage is free: the sync that ends a step, or
-                # with release_barriers, the thread that issues the copy waits for that stage's release (its
-                # (i - 1) // stages-th phase; parity 1 passes at once on a fresh barrier, for the first steps)
-                stage_ahead = i + self.stages - 1
-                if stage_ahead < steps:
-                    slot = stage_ahead % self.stages
-                    after = (xfree[slot], (stage_ahead // self.stages + 1) % 2) if release else None
-                    self.stage_activation_tile(ga_tma, sx, slot, m0, first + stage_ahead, chunk, xbars[slot], after)
-                self.mbarrier_wait(xbars[i % self.stages], i // self.stages % 2)
-            elif self.stage_activations:
-                stage_ahead = i + self.stages - 1
-                self.stage_activation_tile(ga, sx, stage_ahead % self.stages, m0, first + stage_ahead, chunk)
-                self.copy_async_commit_group()
-                self.copy_async_wait_group(self.stages - 1)
-                if self.warpgroup_mma:
-                    self.fence_proxy_async()
-                self.sync()
-                if not self.warpgroup_mma:
-                    x = self.load_shared(sx[i % self.stages, 0].transpose(), layout=b_layout)
-                if ring:
-                    w_now = self.load_shared(sring[i % ring], layout=words)
-            else:
-                x_next = self.load_global(ga, offsets=[m0, (step + 1) * kt], shape=[bm, kt], layout=x_layout)
-                x = self.view(x_now, layout=b_layout)
-            group_new = (step + 1) * kt // fmt.group_size
-            s_new = self.load_global(gs, offsets=[n0, group_new], shape=[bn, 1]) if grouped else None
-            z_new = self.load_global(gz, offsets=[n0, group_new], shape=[bn, 1]) if self.zero_points else None
-            codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
-            weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold)
-            if self.zero_points:
-                weights = weights - z_ahead[0]
-            if self.warpgroup_mma:  # weights in registers (A), activations from shared memory (B), one group at a time
-                if not fmt.per_channel:
-                    weights = weights * s_ahead[0]
-                self.wgmma_fence()
-                for h in list(range(kt // chunk)):
-                    self.wgmma(weights[:, h * chunk:(h + 1) * chunk], sx[i % self.stages, h].transpose(), acc)
-                self.wgmma_commit_group()
-                # synchronous: keeping one group in flight (steps unrolled by two so that their weights sit in
-                # different registers, activation stages refilled two steps back) measured no faster on an
-                # H200 (u4, 64-512 rows) and gave wrong sums in the configurations where ptxas did not
-                # serialize the wgmma itself; the cause was not found
-                self.wgmma_wait_group(0)
-            elif fmt.per_channel:
-                acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
-            elif self.scale_weights:
-                weights = weights * s_ahead[0]
-                acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
-            else:
-                zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
-                partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
-                acc = acc + partial * self.folded(s_ahead[0].to(float32))
-            if release:
-                self.mbarrier_arrive(xfree[i % self.stages])  # this thread's wgmma have read the stage
-            elif self.stage_activations:
-                self.sync()  # every warp has read this stage before a later step refills it
-            else:
-                x_now = x_next
-            for queue, new in ((ahead, None if wst or ring else w_new), (s_ahead, s_new), (z_ahead, z_new)):
-                for later in list(range(1, len(queue))):
-                    self.assign(queue[later - 1], queue[later])
-                if queue:
-                    self.assign(queue[-1], new)
+        # Register queues (queue_depths). With fixed_slots, slot `i % depth` of a queue holds step i's registers
+        # and is refilled with step i + depth's as soon as step i has used it; the k-loop is unrolled by `unroll`
+        # (a multiple of every depth), so that a slot is a fixed set of registers and a load is waited for only
+        # where its step uses it. Else the next step's registers are loaded at the start of a step and the queue
+        # moves up by copies at its end, and each copy waits for its load: Nsight Compute put 44% of the stall
+        # samples of u4 at 1x8192x28672 (the ring row) on the copy of the next step's scales. But the unrolled
+        # loop takes more registers (that row: 52 -> 76, fewer blocks an SM, 49.8 -> 57.2 us), so the table
+        # turns fixed slots on only where they measured faster (see CONFIGS).
+        grouped, fixed = not fmt.per_channel, self.fixed_slots
+        wq, xq, sq, zq, unroll = self.queue_depths()
+        wslots, xslots, sslots, zslots = [], [], [], []
+        for j in list(range(wq)):
+            wslots.append(self.load_global(gw, offsets=[granule0, first + j, 0, 0, 0], shape=list(words.shape),
+                                           dims=[0, 2, 3, 4], layout=words))
+        for j in list(range(xq)):
+            xslots.append(self.load_global(ga, offsets=[m0, (first + j) * kt], shape=[bm, kt], layout=x_layout))
+        for j in list(range(sq)):
+            sslots.append(self.load_global(gs, offsets=[n0, (first + j) * kt // fmt.group_size], shape=[bn, 1]))
+        for j in list(range(zq)):
+            zslots.append(self.load_global(gz, offsets=[n0, (first + j) * kt // fmt.group_size], shape=[bn, 1]))
+        for round_ in range((steps + unroll - 1) // unroll):
+            for u in list(range(unroll)):
+                i = round_ * unroll + u
+                if i < steps:  # (always, where unroll divides steps: the condition folds away)
+                    step = first + i
+                    if wst:
+                        self.mbarrier_wait(wbars[i % wst], i // wst % 2)  # step i's weights have landed
+                        if not self.release_barriers:
+                            self.sync()  # every warp has read step i - 1's stage: it takes step i + wst - 1
+                        if i + wst - 1 < steps:
+                            # with release_barriers, only the thread that issues the copy waits, for every warp's
+                            # release of the stage it read at step i - 1 (that barrier's (i - 1) // wst-th phase;
+                            # parity 1 passes at once on a fresh barrier, at step 0)
+                            after = (wfree[(i + wst - 1) % wst], ((i + wst - 1) // wst + 1) % 2) \
+                                if self.release_barriers else None
+                            self.tma_load(src=gw_tma, dst=sw[(i + wst - 1) % wst],
+                                          offsets=[granule0, step + wst - 1, 0, 0], dims=[0, 2, 3],
+                                          barrier=wbars[(i + wst - 1) % wst], after=after)
+                        w_now = self.load_shared(self.reshape_shared(sw[i % wst], list(words.shape)), layout=words)
+                        if self.release_barriers:
+                            self.mbarrier_arrive(wfree[i % wst], per_warp=True)  # the warp has its words
+                    elif ring:  # step i + ring - 1's words into the slot this thread read a step ago
+                        self.copy_async(src=gw, dst=sring[(i + ring - 1) % ring],
+                                        offsets=[granule0, step + ring - 1, 0, 0, 0], dims=[0, 2, 3, 4], layout=words)
+                        if not self.stage_activations:  # (else they join the activations' group below)
+                            self.copy_async_commit_group()
+                            self.copy_async_wait_group(ring - 1)  # this thread's copies of step i have landed
+                            w_now = self.load_shared(sring[i % ring], layout=words)
+                    else:
+                        if not fixed:  # (else the slot is refilled once its codes are converted)
+                            w_new = self.load_global(gw, offsets=[granule0, step + wq, 0, 0, 0],
+                                                     shape=list(words.shape), dims=[0, 2, 3, 4], layout=words)
+                        w_now = wslots[u % wq]
+                    if self.stage_activations and tma_x:
+                        # step i's activations have landed; step i - 1's stage is free: the sync that ends a step,
+                        # or with release_barriers, the thread that issues the copy waits for that stage's release
+                        # (its (i - 1) // stages-th phase; parity 1 passes at once on a fresh barrier, for the first
+                        # steps)
+                        stage_ahead = i + self.stages - 1
+                        if stage_ahead < steps:
+                            slot = stage_ahead % self.stages
+                            after = (xfree[slot], (stage_ahead // self.stages + 1) % 2) if release else None
+                            self.stage_activation_tile(ga_tma, sx, slot, m0, first + stage_ahead, chunk, xbars[slot],
+                                                       after)
+                        self.mbarrier_wait(xbars[i % self.stages], i // self.stages % 2)
+                    elif self.stage_activations:
+                        stage_ahead = i + self.stages - 1
+                        self.stage_activation_tile(ga, sx, stage_ahead % self.stages, m0, first + stage_ahead, chunk)
+                        self.copy_async_commit_group()
+                        self.copy_async_wait_group(self.stages - 1)
+                        if self.warpgroup_mma:
+                            self.fence_proxy_async()
+                        self.sync()
+                        if not self.warpgroup_mma:
+                            x = self.load_shared(sx[i % self.stages, 0].transpose(), layout=b_layout)
+                        if ring:
+                            w_now = self.load_shared(sring[i % ring], layout=words)
+                    else:
+                        if not fixed:
+                            x_new = self.load_global(ga, offsets=[m0, (step + 1) * kt], shape=[bm, kt], layout=x_layout)
+                        x = self.view(xslots[u % xq], layout=b_layout)
+                    if grouped and not fixed:
+                        group_new = (step + 1) * kt // fmt.group_size
+                        s_new = self.load_global(gs, offsets=[n0, group_new], shape=[bn, 1])
+                        z_new = self.load_global(gz, offsets=[n0, group_new], shape=[bn, 1]) if self.zero_points \
+                            else None
+                    codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
+                    weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold)
+                    if wq and fixed:  # the slot's codes are converted: it takes step i + prefetch's words
+                        self.assign(wslots[u % wq], self.load_global(gw, offsets=[granule0, step + wq, 0, 0, 0],
+                                                                     shape=list(words.shape), dims=[0, 2, 3, 4],
+                                                                     layout=words))
+                    if self.zero_points:
+                        weights = weights - zslots[u % zq]
+                    scales = sslots[u % sq] if grouped else None
+                    if self.warpgroup_mma:  # weights in registers (A), activations from shared memory (B)
+                        if grouped:
+                            weights = weights * scales
+                        self.wgmma_fence()
+                        for h in list(range(kt // chunk)):
+                            self.wgmma(weights[:, h * chunk:(h + 1) * chunk], sx[i % self.stages, h].transpose(), acc)
+                        self.wgmma_commit_group()
+                        # synchronous: keeping one group in flight (steps unrolled by two so that their weights sit
+                        # in different registers, activation stages refilled two steps back) measured no faster on
+                        # an H200 (u4, 64-512 rows) and gave wrong sums in the configurations where ptxas did not
+                        # serialize the wgmma itself; the cause was not found
+                        self.wgmma_wait_group(0)
+                    elif fmt.per_channel:
+                        acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
+                    elif self.scale_weights:
+                        weights = weights * scales
+                        acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
+                    else:
+                        zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
+                        partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
+                        acc = acc + partial * self.folded(scales.to(float32))
+                    if release:
+                        self.mbarrier_arrive(xfree[i % self.stages], per_warp=True)  # the warp's wgmma read the stage
+                    elif self.stage_activations:
+                        self.sync()  # every warp has read this stage before a later step refills it
+                    elif fixed:  # the slot's activations are used: it takes step i + 2's
+                        self.assign(xslots[u % xq], self.load_global(ga, offsets=[m0, (step + xq) * kt],
+                                                                     shape=[bm, kt], layout=x_layout))
+                    else:
+                        self.assign(xslots[0], x_new)
+                    if grouped and fixed:  # the slot's scales (and zero points) are used: it takes step i + 2's
+                        group_new = (step + sq) * kt // fmt.group_size
+                        self.assign(sslots[u % sq], self.load_global(gs, offsets=[n0, group_new], shape=[bn, 1]))
+                        if self.zero_points:
+                            self.assign(zslots[u % zq], self.load_global(gz, offsets=[n0, group_new], shape=[bn, 1]))
+                    elif not fixed:  # the queues move up a step, by copies
+                        moving = []
+                        if wq:
+                            moving.append((wslots, w_new))
+                        if grouped:
+                            moving.append((sslots, s_new))
+                            if self.zero_points:
+                                moving.append((zslots, z_new))
+                        for queue, new in moving:
+                            for later in list(range(1, len(queue))):
+                                self.assign(queue[later - 1], queue[later])
+                            self.assign(queue[-1], new)
         if fmt.per_channel:
             acc = acc * self.folded(self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32))
         if self.stage_activations or ring:
@@ -439,6 +500,22 @@ class QuantizedMatmul(tilus.Script):
             gws = self.global_view(ws_ptr, dtype=float32, shape=[splits, fmt.n, m_size],
                                    strides=[m_size * fmt.n, 1, fmt.n])
             self.store_global(gws, acc, offsets=[self.blockIdx.z, n0, m0], dims=[1, 2])
+
+    def queue_depths(self):
+        """(weights, activations, scales, zero points, unroll): the slots of each register queue of the k-loop (0:
+        none) and the loop's unrolling. Weights straight to registers keep `prefetch` steps of them. With
+        ``fixed_slots``, activations straight to registers and group scales (and zero points) keep two steps
+        (per-channel zero points one, loaded once), and the loop is unrolled by the least multiple of every
+        depth; else they keep one, the next step's are loaded at the start of a step into registers of their own,
+        and the queues move up by copies at its end (no unrolling)."""
+        grouped = not self.fmt.per_channel
+        wq = self.prefetch if not (self.weight_stages or self.weight_ring) else 0
+        if not self.fixed_slots:
+            return wq, 0 if self.stage_activations else 1, 1 if grouped else 0, 1 if self.zero_points else 0, 1
+        xq = 0 if self.stage_activations else 2
+        sq = 2 if grouped else 0
+        zq = (2 if grouped else 1) if self.zero_points else 0
+        return wq, xq, sq, zq, math.lcm(*(q for q in (wq, xq, sq, zq, 1) if q))
 
     def folded(self, scales):
         """Float32 ``scales`` times the power of two the weights were left without (:func:`placed_fold`), if any."""
@@ -504,6 +581,7 @@ class Config:
     tma_activations: Optional[bool] = None
     weight_ring: int = 0
     release_barriers: bool = False
+    fixed_slots: bool = False
 
 
 # (the largest batch served, the weight widths in bits served or None for all, the configuration, the blocks
@@ -527,10 +605,16 @@ class Config:
 #   where that takes at most two splits: 4 warps split in two took 101.0 us (the 448 blocks, 3 an SM, are 1.13
 #   waves), 8 warps 82.5-82.9; at 16x4096x11008 (four splits) 8 warps lost 3% (26.4 -> 27.1-27.5), so that
 #   shape keeps the row below.
-# On sm_90a (HOPPER_CONFIGS, tried first, only where the grid fills the SMs before K is split), 5-bit weights up
-# to 8 rows stream through a TMA ring of 3 k-steps (weight_stages=3) rather than the per-thread ring: int5b at
-# 1x8192x28672 65.3-65.5 -> 58.7-59.0 us (two runs), where u3 lost the same way (45.8 -> 51.4, one sweep) and fp4
-# did not change (50.9 -> 50.6); at 1x11008x4096 (64 blocks unsplit) the ring lost 10% (32.3 -> 36.0).
+# On sm_90a (HOPPER_CONFIGS, tried first, only where the grid fills the SMs before K is split), weights of 4 to 8
+# bits up to 8 rows stream through a TMA ring of 3 k-steps (weight_stages=3) whose stages each warp releases on a
+# barrier (release_barriers; no block-wide barrier a step), with the scales (and activations) in fixed register
+# slots (fixed_slots). H100, 1x8192x28672, against the rows below in the same runs (two each): u4 49.8-50.8 ->
+# 47.6-48.5 us, int4 50.1-50.9 -> 47.6-47.7, fp4 e2m1 50.3-50.5 -> 48.0-48.3, uint6 69.6-70.4 -> 68.9-69.6, fp6
+# e3m2 69.6-70.8 -> 68.7-69.3 (two units a warp); uint7 78.8-80.4 -> 77.2-77.3, uint8 85.3-87.1 -> 85.2, fp8 e4m3
+# 85.7-86.8 -> 84.8-85.0 (one unit a warp, staged activations); int5 (58.8-59.0 with a ring of 3 synchronised by
+# the block) 59.4-59.5. Released by every thread's own arrival (32 a warp, one after another on the barrier's
+# word) the same rings took u4 63.4 us. u2 and u3 lost with the ring (35.2 -> 38.6, 44.2 -> 46.2), and at
+# 1x11008x4096 (64 blocks unsplit) a 5-bit ring synchronised by the block lost 10% (32.3 -> 36.0).
 CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, weight_ring=4), 6, 2),
            (8, (6, 7, 8), Config(block_m=8, prefetch=2, stage_activations=True, stages=3), 2, None),
            (8, None, Config(block_m=8, prefetch=2), 2, None),
@@ -539,7 +623,10 @@ CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, wei
            (16, None, Config(block_m=16, prefetch=1, stage_activations=True, stages=3), 2, None),
            (48, None, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True), 2, None),
            (None, None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True), 2, None))
-HOPPER_CONFIGS = ((8, (5,), Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3), 6, 2),)
+HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
+                                        fixed_slots=True), 2, 2),
+                  (8, (7, 8), Config(units_per_warp=1, block_m=8, prefetch=2, stage_activations=True, stages=3,
+                                     weight_stages=3, release_barriers=True, fixed_slots=True), 6, 2))
 _KERNELS: dict = {}
 
 

@@ -175,6 +175,19 @@ def test_fixed_slots_unroll_the_k_loop(prefetch, unroll):
         QuantizedMatmul(fmt, fixed_slots=1)
 
 
+def test_uneven_k_splits():
+    """split_k need not divide the k-steps: split z takes steps [z * S // split_k, (z + 1) * S // split_k), its
+    bounds and its loop's trip count computed at run time; an even split keeps them compile-time constants."""
+    fmt = WeightFormat(dtypes.uint4b, 11 * 128, 512, 128)  # 11 k-steps
+    _, uneven = compile_kernel(fmt, 1, Config(prefetch=2, split_k=3))
+    source = uneven.cuda_source[uneven.cuda_source.rindex("__global__"):]
+    assert re.search(r"\(\(\(int\)blockIdx\.z\) \* 11\) / 3\)", source)
+    assert re.search(r"for \(int v\w* = 0; v\w* < \(", source)  # a run-time trip count
+    even = WeightFormat(dtypes.uint4b, 12 * 128, 512, 128)
+    _, split = compile_kernel(even, 1, Config(prefetch=2, split_k=3))
+    assert re.search(r"for \(int v\w* = 0; v\w* < 4; \+\+v\w*\)", split.cuda_source)
+
+
 def test_decode_kernel_streams_weights_through_a_per_thread_ring():
     """weight_ring: each thread cp.asyncs its own 16-byte weight vectors into a ring and reads them back after its
     own wait: no barrier, no global load of weights into registers; misuse is refused by name."""
@@ -346,8 +359,8 @@ def test_bad_input_is_refused_before_launch():
         QuantizedMatmul(fmt, units_per_warp=1)
     with pytest.raises(ScriptError, match="block_m=12 must be a positive multiple of 8"):
         QuantizedMatmul(fmt, units_per_warp=2, block_m=12)
-    with pytest.raises(ScriptError, match="split_k=3 must divide the 8 k-steps"):
-        QuantizedMatmul(fmt, units_per_warp=2, split_k=3)
+    with pytest.raises(ScriptError, match="split_k=9 must be between 1 and the 8 k-steps"):
+        QuantizedMatmul(fmt, units_per_warp=2, split_k=9)
     with pytest.raises(ScriptError, match="prefetch=5 must be 1 to 4"):
         QuantizedMatmul(fmt, units_per_warp=2, prefetch=5)
     with pytest.raises(ScriptError, match=r"min_blocks=33 must be in \[0, 32\]"):
@@ -400,8 +413,10 @@ def test_table_rows_for_five_and_seven_bit_weights():
         assert not choose_config(1, WeightFormat(narrow, 8192, 28672, 128), 132, wgmma=True).weight_stages
     assert not choose_config(16, five, 132, wgmma=True).weight_stages
     assert choose_config(1, five, 132).weight_ring == 4 and not choose_config(1, five, 132).weight_stages
+    # 1x11008x4096: 32 or 64 blocks, no TMA ring; K's 86 k-steps split in 8 (unevenly), more than the per-thread
+    # ring's two, so the register row
     few_channels = choose_config(1, WeightFormat(dtypes.int5b, 11008, 4096, 128), 132, wgmma=True)
-    assert (few_channels.weight_stages, few_channels.weight_ring) == (0, 4)
+    assert (few_channels.weight_stages, few_channels.weight_ring, few_channels.split_k) == (0, 0, 8)
     seven = choose_config(16, WeightFormat(dtypes.uint7b, 8192, 28672, 128), 132)
     assert (seven.warps, seven.split_k, seven.stage_activations) == (8, 2, True)
     assert choose_config(16, WeightFormat(dtypes.uint7b, 4096, 11008, 128), 132).warps == 4

@@ -151,6 +151,25 @@ def test_fixed_register_slots(name, m, k, n, group, zero_points, dtype, override
         check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, seed=seed, config=config)
 
 
+@pytest.mark.parametrize("name,m,k,group,split,overrides", [
+    ("uint4b", 1, 11 * 128, 128, 3, {"prefetch": 2}),  # registers: 3 + 4 + 4 steps
+    ("uint4b", 2, 11 * 128, 128, 4, {"prefetch": 2, "split_reduce": "kernel"}),  # SplitKSum adds them up
+    ("uint3b", 1, 13 * 128, 128, 4, {"units_per_warp": 1, "weight_ring": 4}),  # copies past a split masked
+    ("float6_e3m2", 12, 7 * 64, 64, 2, {"stage_activations": True, "stages": 3}),
+    ("int4b", 1, 13 * 128, 128, 5, {"prefetch": 2, "fixed_slots": True}),  # a run-time tail guard
+    ("uint4b", 1, 11 * 128, 128, 3, {"weight_stages": 3, "release_barriers": True, "fixed_slots": True}),
+    ("uint8", 3, 9 * 128, 128, 4, {"units_per_warp": 1, "stage_activations": True, "stages": 3,
+                                   "weight_stages": 3, "release_barriers": True, "fixed_slots": True})])
+def test_uneven_k_splits(name, m, k, group, split, overrides):
+    """split_k that does not divide the k-steps (split z takes [z * S // split_k, (z + 1) * S // split_k)), on
+    each load path, the splits added by the last to arrive or by SplitKSum, against torch."""
+    if overrides.get("weight_stages") and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs sm_90")
+    config = Config(**{"block_m": 8 if m <= 8 else 16, "split_k": split, **overrides})
+    for seed in (0, 1):
+        check(name, m, k, 264, group, seed=seed, config=config)
+
+
 @pytest.mark.parametrize("name,m,tma", [("uint4b", 200, False), ("int3b", 130, None), ("float8_e4m3", 64, False)])
 def test_warpgroup_mma_activations_by_tma_or_cp_async(name, m, tma):
     """The wgmma path's activations: TMA (tma_activations None: when aligned) or cp.async (False)."""

@@ -346,8 +346,7 @@ class QuantizedMatmul(tilus.Script):
         wq, xq, sq, zq, unroll = self.queue_depths()
         wslots, xslots, sslots, zslots = [], [], [], []
         for j in list(range(wq)):
-            wslots.append(self.load_global(gw, offsets=[granule0, first + j, 0, 0, 0], shape=list(words.shape),
-                                           dims=[0, 2, 3, 4], layout=words))
+            wslots.append(self.load_step_words(gw, granule0, first + j, words))
         for j in list(range(xq)):
             xslots.append(self.load_global(ga, offsets=[m0, (first + j) * kt], shape=[bm, kt], layout=x_layout))
         for j in list(range(sq)):
@@ -384,8 +383,7 @@ class QuantizedMatmul(tilus.Script):
                             w_now = self.load_shared(sring[i % ring], layout=words)
                     else:
                         if not fixed:  # (else the slot is refilled once its codes are converted)
-                            w_new = self.load_global(gw, offsets=[granule0, step + wq, 0, 0, 0],
-                                                     shape=list(words.shape), dims=[0, 2, 3, 4], layout=words)
+                            w_new = self.load_step_words(gw, granule0, step + wq, words)
                         w_now = wslots[u % wq]
                     if self.stage_activations and tma_x:
                         # step i's activations have landed; step i - 1's stage is free: the sync that ends a step,
@@ -423,9 +421,7 @@ class QuantizedMatmul(tilus.Script):
                     codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
                     weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold)
                     if wq and fixed:  # the slot's codes are converted: it takes step i + prefetch's words
-                        self.assign(wslots[u % wq], self.load_global(gw, offsets=[granule0, step + wq, 0, 0, 0],
-                                                                     shape=list(words.shape), dims=[0, 2, 3, 4],
-                                                                     layout=words))
+                        self.assign(wslots[u % wq], self.load_step_words(gw, granule0, step + wq, words))
                     if self.zero_points:
                         weights = weights - zslots[u % zq]
                     scales = sslots[u % sq] if grouped else None
@@ -457,8 +453,6 @@ class QuantizedMatmul(tilus.Script):
                     elif fixed:  # the slot's activations are used: it takes step i + 2's
                         self.assign(xslots[u % xq], self.load_global(ga, offsets=[m0, (step + xq) * kt],
                                                                      shape=[bm, kt], layout=x_layout))
-                    else:
-                        self.assign(xslots[0], x_new)
                     if grouped and fixed:  # the slot's scales (and zero points) are used: it takes step i + 2's
                         group_new = (step + sq) * kt // fmt.group_size
                         self.assign(sslots[u % sq], self.load_global(gs, offsets=[n0, group_new], shape=[bn, 1]))
@@ -466,6 +460,8 @@ class QuantizedMatmul(tilus.Script):
                             self.assign(zslots[u % zq], self.load_global(gz, offsets=[n0, group_new], shape=[bn, 1]))
                     elif not fixed:  # the queues move up a step, by copies
                         moving = []
+                        if xq:
+                            moving.append((xslots, x_new))
                         if wq:
                             moving.append((wslots, w_new))
                         if grouped:
@@ -501,6 +497,12 @@ class QuantizedMatmul(tilus.Script):
             gws = self.global_view(ws_ptr, dtype=float32, shape=[splits, fmt.n, m_size],
                                    strides=[m_size * fmt.n, 1, fmt.n])
             self.store_global(gws, acc, offsets=[self.blockIdx.z, n0, m0], dims=[1, 2])
+
+    def load_step_words(self, gw, granule0, step, words):
+        """This thread's packed weight words of k-step ``step`` (the block's granules from ``granule0``), in
+        registers laid out as ``words`` (:func:`kernel_layouts`)."""
+        return self.load_global(gw, offsets=[granule0, step, 0, 0, 0], shape=list(words.shape), dims=[0, 2, 3, 4],
+                                layout=words)
 
     def split_step(self, offset: int):
         """The first k-step of split ``blockIdx.z + offset``: ``z * S // split_k`` of the S k-steps (a split takes

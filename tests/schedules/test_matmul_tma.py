@@ -194,6 +194,8 @@ def test_errors():
                 self.tma_load(src=gx, dst=tile, offsets=[0, 0], barrier=bars[0], after=after)
             elif self.case == "arrive":
                 self.mbarrier_arrive(bars)
+            elif self.case == "per_warp":
+                self.mbarrier_arrive(bars[0], per_warp=1)
             else:
                 self.aligned(gx)
 
@@ -204,6 +206,7 @@ def test_errors():
                           ("after", r"after must be None or \(bars\[j\], phase\)"),
                           ("after_phase", "tma_load: phase must be 0 or 1"),
                           ("arrive", "mbarrier_arrive: barrier must be one element"),
+                          ("per_warp", "mbarrier_arrive: per_warp must be True or False, got 1"),
                           ("aligned", "aligned: expected a pointer parameter")):
         with pytest.raises(ScriptError, match=message):
             Misused(case).compile(torch.zeros(512, 64, dtype=torch.float16), target="sm_90")

@@ -207,3 +207,29 @@ def test_mistakes_in_loops_name_the_problem_and_the_line(case):
     with pytest.raises(tilus.ScriptError, match=MISTAKES[case]) as info:
         Mistake(case).compile(4, f32(4), target="sm_80")
     assert "test_control_flow.py:" in str(info.value)
+
+
+def nonzero(value):
+    """``value != 0`` evaluated outside the kernel's code: TVM's NotEqualOp, not an NE expression."""
+    return value != 0
+
+
+def test_comparison_returned_by_a_helper_is_a_run_time_condition():
+    """TVM's ``expr != x`` made by plain Python (a helper, a method) is a NotEqualOp whose truth is object
+    identity: an if on it must still branch at run time, with its else, not be taken as always true."""
+    class HelperCondition(tilus.Script):
+        def __call__(self, n: int32, out_ptr: ~float32):
+            self.attrs.blocks = 1
+            self.attrs.warps = 1
+            go = self.global_view(out_ptr, dtype=float32, shape=[32])
+            if nonzero(n - 3):
+                self.store_global(go, self.register_tensor(dtype=float32, shape=[32], init=1.0), offsets=[0])
+            else:
+                self.store_global(go, self.register_tensor(dtype=float32, shape=[32], init=2.0), offsets=[0])
+            flag = 1 if nonzero(n) else 0  # an IfExp on it is a run-time select too
+            self.store_global(go, self.register_tensor(dtype=float32, shape=[32], init=flag * 3.0), offsets=[0])
+
+    text = str(HelperCondition().tile_program(4, f32(32), target="sm_80"))
+    assert "if n - 3 != 0:" in text and "else:" in text
+    source = HelperCondition().compile(4, f32(32), target="sm_80").cuda_source
+    assert "2.000000e+00" in source and "1.000000e+00" in source

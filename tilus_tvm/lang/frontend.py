@@ -29,6 +29,7 @@ import textwrap
 from typing import Any, Callable
 
 from tvm import tirx
+from tvm_ffi.core import ObjectConvertible
 
 from tilus_tvm.dtypes import DataType
 from tilus_tvm.errors import ScriptError
@@ -348,7 +349,13 @@ class Transpiler(LoopStatements):
         handler = self.EXPRESSIONS.get(type(node))
         if handler is None:
             raise ScriptError(f"{type(node).__name__} expressions are not supported in kernels")
-        return handler(self, node)
+        value = handler(self, node)
+        if isinstance(value, ObjectConvertible) and hasattr(value, "asobject"):
+            # TVM's `expr == x` / `expr != x` made outside the kernel's own code (a helper's return value) are
+            # EqualOp / NotEqualOp, whose Python truth is object identity: as an if's condition they would
+            # silently be a compile-time True; they are the EQ / NE expressions they stand for
+            value = value.asobject()
+        return value
 
     def eval_name(self, node: ast.Name) -> Any:
         return self.lookup(node.id)

@@ -400,17 +400,25 @@ def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
 
 
 def test_table_rows_for_five_and_seven_bit_weights():
-    """4- to 8-bit decode on sm_90a takes the TMA weight ring, released by the warps, with fixed register slots,
-    where the grid fills the SMs unsplit (the per-thread ring elsewhere, and on other GPUs; never for 2 or 3
-    bits); 7-bit at 9-16 rows takes blocks of 8 warps where two splits suffice."""
+    """3- to 8-bit decode on sm_90a takes the TMA weight ring, released by the warps, with fixed register slots,
+    where the grid fills the SMs unsplit (the per-thread ring elsewhere, and on other GPUs; never for 2 bits);
+    7-bit at 9-16 rows takes blocks of 8 warps where two splits suffice."""
     five = WeightFormat(dtypes.int5b, 8192, 28672, 128)
     hopper = choose_config(1, five, 132, wgmma=True)
     assert (hopper.weight_stages, hopper.weight_ring, hopper.units_per_warp, hopper.split_k) == (3, 0, 2, 2)
     assert hopper.release_barriers and hopper.fixed_slots and not hopper.stage_activations
     eight = choose_config(8, WeightFormat(dtypes.float8_e4m3, 8192, 28672, 128), 132, wgmma=True)
     assert (eight.weight_stages, eight.units_per_warp, eight.split_k, eight.stage_activations) == (3, 1, 2, True)
-    for narrow in (dtypes.uint2b, dtypes.uint3b):
-        assert not choose_config(1, WeightFormat(narrow, 8192, 28672, 128), 132, wgmma=True).weight_stages
+    assert not choose_config(1, WeightFormat(dtypes.uint2b, 8192, 28672, 128), 132, wgmma=True).weight_stages
+    three = WeightFormat(dtypes.uint3b, 8192, 28672, 128)
+    for m in (1, 4, 8):  # one unit a warp (896 blocks split in two), activations in registers
+        u3 = choose_config(m, three, 132, wgmma=True)
+        assert (u3.weight_stages, u3.weight_ring, u3.units_per_warp, u3.split_k, u3.stage_activations) == (3, 0, 1, 2,
+                                                                                                            False)
+        assert u3.release_barriers and u3.fixed_slots
+    assert choose_config(1, three, 132).weight_ring == 4  # (elsewhere the per-thread ring)
+    # 1x4096x11008: 172 blocks of one unit; unsplit they fill the SMs, but filling 6 an SM takes 4 splits
+    assert choose_config(1, WeightFormat(dtypes.uint3b, 4096, 11008, 128), 132, wgmma=True).weight_stages == 0
     assert not choose_config(16, five, 132, wgmma=True).weight_stages
     assert choose_config(1, five, 132).weight_ring == 4 and not choose_config(1, five, 132).weight_stages
     # 1x11008x4096: 32 or 64 blocks, no TMA ring; K's 86 k-steps split in 8 (unevenly), more than the per-thread

@@ -52,8 +52,8 @@ one thread fills with TMA (``tma_load``; the storage viewed as [granules, steps,
 barrier a stage); each warp then reads its 16-byte vectors from shared memory. A stage is refilled once the
 block has met at a barrier after reading it, or with ``release_barriers``, once every warp has arrived on the
 stage's release barrier (``mbarrier_arrive(per_warp=True)``: one arrival a warp), which only the refilling
-thread waits for. The table takes the released ring on sm_90a for 4- to 8-bit weights up to 8 rows where the
-grid fills the SMs (H100, 1x8192x28672: u4 50.0 -> 47.6 us, see ``HOPPER_CONFIGS``).
+thread waits for. The table takes the released ring on sm_90a for 3- to 8-bit weights up to 8 rows where the
+grid fills the SMs (H100, 1x8192x28672: u4 50.0 -> 47.6 us, u3 44.0 -> 40.4, see ``HOPPER_CONFIGS``).
 
 A step's scales (and zero points) are loaded ahead, like its activations: waiting for them in the step that
 used them cost fp4 weights 23% and u2 10% at 1x8192x28672. By default a queue keeps the current step's
@@ -621,7 +621,7 @@ class Config:
 #   where that takes at most two splits: 4 warps split in two took 101.0 us (the 448 blocks, 3 an SM, are 1.13
 #   waves), 8 warps 82.5-82.9; at 16x4096x11008 (four splits) 8 warps lost 3% (26.4 -> 27.1-27.5), so that
 #   shape keeps the row below.
-# On sm_90a (HOPPER_CONFIGS, tried first, only where the grid fills the SMs before K is split), weights of 4 to 8
+# On sm_90a (HOPPER_CONFIGS, tried first, only where the grid fills the SMs before K is split), weights of 3 to 8
 # bits up to 8 rows stream through a TMA ring of 3 k-steps (weight_stages=3) whose stages each warp releases on a
 # barrier (release_barriers; no block-wide barrier a step), with the scales (and activations) in fixed register
 # slots (fixed_slots). H100, 1x8192x28672, against the rows below in the same runs (two each): u4 49.8-50.8 ->
@@ -629,8 +629,12 @@ class Config:
 # e3m2 69.6-70.8 -> 68.7-69.3 (two units a warp); uint7 78.8-80.4 -> 77.2-77.3, uint8 85.3-87.1 -> 85.2, fp8 e4m3
 # 85.7-86.8 -> 84.8-85.0 (one unit a warp, staged activations); int5 (58.8-59.0 with a ring of 3 synchronised by
 # the block) 59.4-59.5. Released by every thread's own arrival (32 a warp, one after another on the barrier's
-# word) the same rings took u4 63.4 us. u2 and u3 lost with the ring (35.2 -> 38.6, 44.2 -> 46.2), and at
-# 1x11008x4096 (64 blocks unsplit) a 5-bit ring synchronised by the block lost 10% (32.3 -> 36.0).
+# word) the same rings took u4 63.4 us. u2 and u3 lost with that ring of two units a warp (35.2 -> 38.6, 44.2 ->
+# 46.2), and at 1x11008x4096 (64 blocks unsplit) a 5-bit ring synchronised by the block lost 10% (32.3 -> 36.0).
+# 3-bit weights take the ring with one unit a warp (the 896 blocks of K split in two), activations in registers:
+# H100, against the per-thread ring row in the same runs (two each), u3 1x8192x28672 43.8-44.4 -> 40.4-40.5 us,
+# 4 rows 56.8-56.9 -> 47.8-47.9, 8 rows 85.9-86.1 -> 78.0-78.4 (1x4096x11008, 1x4096x12288, 1x8192x10240 and
+# 1x28672x8192 keep their rows: too few blocks unsplit, or more than two splits). u2 lost with it (35.5 -> 37.6).
 CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, weight_ring=4), 6, 2),
            (8, (6, 7, 8), Config(block_m=8, prefetch=2, stage_activations=True, stages=3), 2, None),
            (8, None, Config(block_m=8, prefetch=2), 2, None),
@@ -642,7 +646,9 @@ CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, wei
 HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
                                         fixed_slots=True), 2, 2),
                   (8, (7, 8), Config(units_per_warp=1, block_m=8, prefetch=2, stage_activations=True, stages=3,
-                                     weight_stages=3, release_barriers=True, fixed_slots=True), 6, 2))
+                                     weight_stages=3, release_barriers=True, fixed_slots=True), 6, 2),
+                  (8, (3,), Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
+                                   fixed_slots=True), 6, 2))
 _KERNELS: dict = {}
 
 

@@ -140,7 +140,12 @@ def test_weights_through_a_tma_ring(name, m, k, n, group, split, stages, release
     ("int5b", 1, 2048, 512, 128, False, torch.float16, {"weight_stages": 3, "release_barriers": True}),
     ("float8_e4m3", 8, 1536, 640, 128, True, torch.bfloat16, {"units_per_warp": 1, "stage_activations": True,
                                                               "stages": 3, "weight_stages": 3,
-                                                              "release_barriers": True})])
+                                                              "release_barriers": True}),
+    # the sm_90a 3-bit row: one unit a warp, activations in registers, K split in two
+    ("uint3b", 4, 1536, 264, 128, False, torch.float16, {"units_per_warp": 1, "weight_stages": 3,
+                                                          "release_barriers": True, "split_k": 2}),
+    ("int3b", 8, 1024, 200, 128, True, torch.bfloat16, {"units_per_warp": 1, "weight_stages": 3,
+                                                        "release_barriers": True, "split_k": 2})])
 def test_fixed_register_slots(name, m, k, n, group, zero_points, dtype, overrides):
     """fixed_slots: the k-loop unrolled so that every register queue (weights, activations, scales, zero points)
     keeps its slots in place, on each load path, against torch (TMA rows on sm_90 only)."""

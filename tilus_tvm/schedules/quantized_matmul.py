@@ -671,6 +671,11 @@ WGMMA_SMALL = Config(warps=4, units_per_warp=2, block_m=64, stage_activations=Tr
                      warpgroup_mma=True)
 
 
+def tma_stage_bytes(fmt: WeightFormat, config: Config) -> int:
+    """The bytes of one k-step of a block's weights: a stage of the ``weight_stages`` ring."""
+    return config.warps * config.units_per_warp // fmt.units * fmt.chunks * 32 * fmt.vector_bytes
+
+
 def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
     (``wgmma``: an sm_90a GPU, whose rows of ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
@@ -693,8 +698,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
                 and config.units_per_warp % fmt.units == 0):
             continue
         blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * config.units_per_warp * 16))
-        if row < len(hopper) and blocks < multiprocessors:
-            continue
+        if row < len(hopper) and (blocks < multiprocessors or tma_stage_bytes(fmt, config) % 1024):
+            continue  # (TMA's swizzled stages start on 1024-byte boundaries: int5b at group 32, u3 and u7 at 64)
         steps, splits = fmt.k // fmt.kt, 1
         while blocks * splits < per_sm * multiprocessors and steps // (2 * splits) >= 8:  # (splits may be uneven)
             splits *= 2

@@ -436,6 +436,9 @@ def test_table_rows_for_five_and_seven_bit_weights():
     # ring's two, so the register row
     few_channels = choose_config(1, WeightFormat(dtypes.int5b, 11008, 4096, 128), 132, wgmma=True)
     assert (few_channels.weight_stages, few_channels.weight_ring, few_channels.split_k) == (0, 0, 8)
+    for narrow in (dtypes.uint2b, dtypes.int3b):  # 9-16 rows: activations staged two k-steps deep
+        assert choose_config(16, WeightFormat(narrow, 8192, 28672, 128), 132, wgmma=True).stages == 2
+    assert choose_config(16, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True).stages == 3
     seven = choose_config(16, WeightFormat(dtypes.uint7b, 8192, 28672, 128), 132)
     assert (seven.warps, seven.split_k, seven.stage_activations) == (8, 2, True)
     assert choose_config(16, WeightFormat(dtypes.uint7b, 4096, 11008, 128), 132).warps == 4

@@ -53,6 +53,13 @@ def test_zero_points_and_bfloat16():
     check("int3b", 2, 256, 70, 32, zero_points=True)  # 3-bit codes at group 32: units of two 16-channel blocks
 
 
+@pytest.mark.parametrize("name,m,k,group,zero_points", [("uint2b", 12, 1024, 128, False), ("int3b", 16, 768, 64, True),
+                                                         ("uint3b", 9, 1024, None, False)])
+def test_two_and_three_bits_at_nine_to_sixteen_rows(name, m, k, group, zero_points):
+    """The table's row for them: activations staged by cp.async two k-steps deep, K split."""
+    check(name, m, k, 520, group, zero_points=zero_points)
+
+
 @pytest.mark.parametrize("name,m", [("uint4b", 64), ("float8_e4m3", 150), ("int3b", 40)])
 def test_large_batches_stage_activations(name, m):
     check(name, m, 512, 192, 64 if name != "int3b" else 32, zero_points=name == "int3b")

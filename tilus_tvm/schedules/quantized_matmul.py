@@ -620,7 +620,10 @@ class Config:
 #   one for the others (8-bit 96-100 against 110-113 with two); 7-bit (bit-placed) weights in blocks of 8 warps
 #   where that takes at most two splits: 4 warps split in two took 101.0 us (the 448 blocks, 3 an SM, are 1.13
 #   waves), 8 warps 82.5-82.9; at 16x4096x11008 (four splits) 8 warps lost 3% (26.4 -> 27.1-27.5), so that
-#   shape keeps the row below.
+#   shape keeps the row below. 2- and 3-bit weights stage their activations two k-steps deep, not three (H100,
+#   two runs each, 16 rows: u2 46.9-48.0 -> 44.4-44.5 us, u3 50.0-50.4 -> 47.1-48.3; 12 rows: u2 46.4-46.6 ->
+#   43.9-44.0, u3 47.9-49.2 -> 46.2-46.4); int5, uint6 and uint8 measured the same either way, u4 0.3 us slower
+#   (fp4, in u4's row, 1.8 us faster).
 # On sm_90a (HOPPER_CONFIGS, tried first, only where the grid fills the SMs before K is split), weights of 3 to 8
 # bits up to 8 rows stream through a TMA ring of 3 k-steps (weight_stages=3) whose stages each warp releases on a
 # barrier (release_barriers; no block-wide barrier a step), with the scales (and activations) in fixed register
@@ -640,6 +643,7 @@ CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, wei
            (8, None, Config(block_m=8, prefetch=2), 2, None),
            (16, (4,), Config(block_m=16, prefetch=2, stage_activations=True, stages=3), 2, None),
            (16, (7,), Config(warps=8, block_m=16, prefetch=1, stage_activations=True, stages=3), 1, 2),
+           (16, (2, 3), Config(block_m=16, prefetch=1, stage_activations=True, stages=2), 2, None),
            (16, None, Config(block_m=16, prefetch=1, stage_activations=True, stages=3), 2, None),
            (48, None, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True), 2, None),
            (None, None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True), 2, None))

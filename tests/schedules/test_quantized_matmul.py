@@ -430,7 +430,12 @@ def test_table_rows_for_five_and_seven_bit_weights():
                        torch.zeros(1, 256, dtype=torch.float16), torch.zeros(1), target="sm_90a")
     # 1x4096x11008: 172 blocks of one unit; unsplit they fill the SMs, but filling 6 an SM takes 4 splits
     assert choose_config(1, WeightFormat(dtypes.uint3b, 4096, 11008, 128), 132, wgmma=True).weight_stages == 0
-    assert not choose_config(16, five, 132, wgmma=True).weight_stages
+    for name in ("uint4b", "int5b", "float6_e2m3", "uint7b"):  # 9-16 rows: the ring, activations staged two deep
+        wide = choose_config(16, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True)
+        assert (wide.weight_stages, wide.stage_activations, wide.stages, wide.split_k, wide.warps) == (3, True, 2, 2, 4)
+    for name in ("uint8", "uint3b"):
+        assert not choose_config(16, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True).weight_stages
+    assert not choose_config(16, WeightFormat(dtypes.uint4b, 4096, 11008, 128), 132, wgmma=True).weight_stages  # 86 tiles
     assert choose_config(1, five, 132).weight_ring == 4 and not choose_config(1, five, 132).weight_stages
     # 1x11008x4096: 32 or 64 blocks, no TMA ring; K's 86 k-steps split in 8 (unevenly), more than the per-thread
     # ring's two, so the register row
@@ -438,7 +443,7 @@ def test_table_rows_for_five_and_seven_bit_weights():
     assert (few_channels.weight_stages, few_channels.weight_ring, few_channels.split_k) == (0, 0, 8)
     for narrow in (dtypes.uint2b, dtypes.int3b):  # 9-16 rows: activations staged two k-steps deep
         assert choose_config(16, WeightFormat(narrow, 8192, 28672, 128), 132, wgmma=True).stages == 2
-    assert choose_config(16, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True).stages == 3
+    assert choose_config(16, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132).stages == 3
     seven = choose_config(16, WeightFormat(dtypes.uint7b, 8192, 28672, 128), 132)
     assert (seven.warps, seven.split_k, seven.stage_activations) == (8, 2, True)
     assert choose_config(16, WeightFormat(dtypes.uint7b, 4096, 11008, 128), 132).warps == 4

@@ -152,7 +152,12 @@ def test_weights_through_a_tma_ring(name, m, k, n, group, split, stages, release
     ("uint3b", 4, 1536, 264, 128, False, torch.float16, {"units_per_warp": 1, "weight_stages": 3,
                                                           "release_barriers": True, "split_k": 2}),
     ("int3b", 8, 1024, 200, 128, True, torch.bfloat16, {"units_per_warp": 1, "weight_stages": 3,
-                                                        "release_barriers": True, "split_k": 2})])
+                                                        "release_barriers": True, "split_k": 2}),
+    # the sm_90a 9-16-row row: the ring, activations staged by cp.async two k-steps deep
+    ("int5b", 12, 1536, 264, 128, True, torch.bfloat16, {"stage_activations": True, "stages": 2, "weight_stages": 3,
+                                                         "release_barriers": True, "split_k": 2}),
+    ("uint4b", 16, 1024, 520, None, False, torch.float16, {"stage_activations": True, "stages": 2,
+                                                            "weight_stages": 3, "release_barriers": True})])
 def test_fixed_register_slots(name, m, k, n, group, zero_points, dtype, overrides):
     """fixed_slots: the k-loop unrolled so that every register queue (weights, activations, scales, zero points)
     keeps its slots in place, on each load path, against torch (TMA rows on sm_90 only)."""

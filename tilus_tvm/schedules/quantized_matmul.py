@@ -52,8 +52,9 @@ one thread fills with TMA (``tma_load``; the storage viewed as [granules, steps,
 barrier a stage); each warp then reads its 16-byte vectors from shared memory. A stage is refilled once the
 block has met at a barrier after reading it, or with ``release_barriers``, once every warp has arrived on the
 stage's release barrier (``mbarrier_arrive(per_warp=True)``: one arrival a warp), which only the refilling
-thread waits for. The table takes the released ring on sm_90a for 3- to 8-bit weights up to 8 rows where the
-grid fills the SMs (H100, 1x8192x28672: u4 50.0 -> 47.6 us, u3 44.0 -> 40.4, see ``HOPPER_CONFIGS``).
+thread waits for. The table takes the released ring on sm_90a for 3- to 8-bit weights up to 8 rows, and 4- to 7-bit
+weights at 9-16 rows, where the grid fills the SMs (H100, 1x8192x28672: u4 50.0 -> 47.6 us, u3 44.0 -> 40.4; 16 rows
+u4 53.5 -> 50.7, see ``HOPPER_CONFIGS``).
 
 A step's scales (and zero points) are loaded ahead, like its activations: waiting for them in the step that
 used them cost fp4 weights 23% and u2 10% at 1x8192x28672. By default a queue keeps the current step's
@@ -638,6 +639,12 @@ class Config:
 # H100, against the per-thread ring row in the same runs (two each), u3 1x8192x28672 43.8-44.4 -> 40.4-40.5 us,
 # 4 rows 56.8-56.9 -> 47.8-47.9, 8 rows 85.9-86.1 -> 78.0-78.4 (1x4096x11008, 1x4096x12288, 1x8192x10240 and
 # 1x28672x8192 keep their rows: too few blocks unsplit, or more than two splits). u2 lost with it (35.5 -> 37.6).
+# From 9 to 16 rows, 4- to 7-bit weights take the released ring too, with the activations staged by cp.async two
+# k-steps deep (a block barrier a step for them): H100, two runs each, 16 rows: u4 53.5-53.6 -> 50.6-50.8 us,
+# int4 53.1-53.2 -> 50.7-50.8, fp4 e2m1 53.5-54.0 -> 50.8-50.9, int5 63.3-63.5 -> 61.4, uint6 73.3-73.5 -> 71.9-72.1,
+# fp6 e2m3 74.4-74.9 -> 72.7-72.8, fp6 e3m2 72.8-72.9 -> 72.5-72.6, uint7 84.6-84.8 -> 84.2-84.4 (12 rows alike);
+# three activation stages gave 51.3-51.6 (int4, fp4) and 62.5-62.7 (int5). 8-bit weights lost with it (uint8 87.2
+# -> 103.9, fp8 89.9 -> 102.0), and 2- and 3-bit weights (u2 44.6 -> 45.6-47.0, u3 47.3 -> 49.6-49.9).
 CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, weight_ring=4), 6, 2),
            (8, (6, 7, 8), Config(block_m=8, prefetch=2, stage_activations=True, stages=3), 2, None),
            (8, None, Config(block_m=8, prefetch=2), 2, None),
@@ -652,7 +659,9 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2,
                   (8, (7, 8), Config(units_per_warp=1, block_m=8, prefetch=2, stage_activations=True, stages=3,
                                      weight_stages=3, release_barriers=True, fixed_slots=True), 6, 2),
                   (8, (3,), Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
-                                   fixed_slots=True), 6, 2))
+                                   fixed_slots=True), 6, 2),
+                  (16, (4, 5, 6, 7), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
+                                            release_barriers=True, fixed_slots=True), 2, 2))
 _KERNELS: dict = {}
 
 
@@ -702,8 +711,11 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
                 and config.units_per_warp % fmt.units == 0):
             continue
         blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * config.units_per_warp * 16))
-        if row < len(hopper) and (blocks < multiprocessors or tma_stage_bytes(fmt, config) % 1024):
-            continue  # (TMA's swizzled stages start on 1024-byte boundaries: int5b at group 32, u3 and u7 at 64)
+        if row < len(hopper) and (blocks < multiprocessors or tma_stage_bytes(fmt, config) % 1024
+                                  or m <= max((r[0] for r in hopper if r[0] < limit), default=0)):
+            # (TMA's swizzled stages start on 1024-byte boundaries: int5b at group 32, u3 and u7 at 64; a Hopper
+            # row serves the batches above the smaller Hopper rows' only: the 9-16-row row was not measured below)
+            continue
         steps, splits = fmt.k // fmt.kt, 1
         while blocks * splits < per_sm * multiprocessors and steps // (2 * splits) >= 8:  # (splits may be uneven)
             splits *= 2

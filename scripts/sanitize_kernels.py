@@ -162,19 +162,23 @@ def quantized_kernels(cuda):
                           stage_activations=m > 8, stages=3)
             check(f"quantized_matmul {name} g128 {m}x{n}x{k} weight ring, split-K",
                   quantized_matmul(a, packed, scales, config=ring), a.float() @ weight.float(), 5e-2)
-        if m <= 8 and torch.cuda.get_device_capability() == (9, 0):
+        if m <= 16 and torch.cuda.get_device_capability() == (9, 0):
             # the sm_90a decode rows: weights through a TMA ring of 3 stages released by the warps, register
-            # queues in fixed slots of the unrolled k-loop; K of 8 steps split in two (each stage reused)
+            # queues in fixed slots of the unrolled k-loop; K of 8 or 16 steps split in two (each stage reused);
+            # at group 64 the 3-bit ring's stages (1536 bytes) are not multiples of 1024 (unswizzled)
             from tilus_tvm.schedules.quantized_matmul import HOPPER_CONFIGS
             long_a = torch.randn(m, 1024, dtype=torch.float16, **cuda)
             long_codes = torch.randint(0, codes_max, (1024, n), **cuda).float()
-            long_scales = torch.rand(8, n, dtype=torch.float16, **cuda) / codes_max / 2
-            for _, widths, row, _, _ in HOPPER_CONFIGS:
-                config = replace(row, split_k=2)
-                check(f"quantized_matmul {name} g128 {m}x{n}x1024 decode TMA ring released, fixed slots "
-                      f"({config.units_per_warp} unit(s) a warp{', staged' if config.stage_activations else ''})",
-                      quantized_matmul(long_a, pack_weight(long_codes, name, 128), long_scales, config=config),
-                      long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(128, 0)).float(), 5e-2)
+            for group in (128, 64):
+                long_scales = torch.rand(1024 // group, n, dtype=torch.float16, **cuda) / codes_max / 2
+                for _, widths, row, _, _ in HOPPER_CONFIGS:
+                    config = replace(row, split_k=2)
+                    check(f"quantized_matmul {name} g{group} {m}x{n}x1024 decode TMA ring released, fixed slots "
+                          f"({config.units_per_warp} unit(s) a warp, {config.block_m} rows"
+                          f"{', staged' if config.stage_activations else ''})",
+                          quantized_matmul(long_a, pack_weight(long_codes, name, group), long_scales, config=config),
+                          long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(group, 0)).float(),
+                          5e-2)
         if m > 64 and torch.cuda.get_device_capability() == (9, 0):
             # the wgmma path with its activation stages released by barriers (no block barrier a k-step), K of
             # 8 steps through 3 stages: each stage reused, its barriers through both parities

@@ -2,12 +2,13 @@
 listed weight type, group sizes and per-channel scales, zero points, float16 and bfloat16, decode
 batches and staged large batches, shapes that are not multiples of the tiles; outputs NaN-poisoned."""
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from tilus_tvm import dtypes, lowp
-from tilus_tvm.schedules.quantized_matmul import Config, pack_weight, quantized_matmul
+from tilus_tvm.schedules.quantized_matmul import HOPPER_CONFIGS, Config, pack_weight, quantized_matmul
 from tilus_tvm.schedules.quantized_weight import dequantize
 
 pytestmark = pytest.mark.gpu
@@ -97,8 +98,6 @@ WARPGROUP_MMA = Config(warps=8, units_per_warp=1, block_m=128, stage_activations
     ("uint2b", 130, 32, False, torch.float16, 1, 64), ("float8_e4m3", 64, None, False, torch.float16, 2, 64),
     ("int3b", 77, 32, True, torch.float16, 2, 128), ("uint8", 300, 128, True, torch.float16, 1, 256)])
 def test_warpgroup_mma(name, m, group, zero_points, dtype, units, block_m):
-    from dataclasses import replace
-
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs an sm_90a GPU (H100, H200)")
     check(name, m, 512, 300, group, zero_points=zero_points, dtype=dtype,
@@ -166,6 +165,20 @@ def test_fixed_register_slots(name, m, k, n, group, zero_points, dtype, override
     config = Config(**{"block_m": 8 if m <= 8 else 16, "split_k": 1, "fixed_slots": True, **overrides})
     for seed in (0, 1):
         check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, seed=seed, config=config)
+
+
+@pytest.mark.parametrize("name,m,k,n,group,zero_points,row", [
+    ("uint3b", 1, 1536, 264, 64, False, 2), ("int3b", 5, 1024, 200, 64, True, 2),  # stages of 1536 bytes
+    ("int5b", 1, 1024, 520, 32, False, 0), ("uint5b", 12, 1024, 264, 32, True, 3),  # 2560
+    ("uint7b", 8, 1536, 320, 64, False, 1), ("uint7b", 16, 1024, 300, 32, True, 3)])  # 3584
+def test_unswizzled_weight_ring(name, m, k, n, group, zero_points, row):
+    """The sm_90a table's TMA weight-ring rows for formats whose k-step of a block's weights is not a multiple of
+    1024 bytes (the ring's stages are unswizzled, 128-byte aligned), split in two, against torch, twice."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm_90a rows")
+    config = replace(HOPPER_CONFIGS[row][2], split_k=2)
+    for seed in (0, 1):
+        check(name, m, k, n, group, zero_points=zero_points, seed=seed, config=config)
 
 
 @pytest.mark.parametrize("name,m,k,group,split,overrides", [

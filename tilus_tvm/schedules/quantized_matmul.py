@@ -98,6 +98,7 @@ from tilus_tvm import bfloat16, float16, float32, int32, uint64, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.layout.register_ops import interleave_local
+from tilus_tvm.layout.shared import shared_row_major
 from tilus_tvm.schedules.quantized_weight import (QuantizedWeight, WeightFormat, check_weight, check_weight_dtype,
                                                   dequantize, pack_weight, quantize_weight)
 from tilus_tvm.tune.library import tuned_kernel, use_tuned
@@ -325,7 +326,11 @@ class QuantizedMatmul(tilus.Script):
             granules, chunks, _, vector = words.shape
             # the storage with each chunk's lanes and words as one row: TMA's innermost box of 16-byte multiples
             gw_tma = self.global_view(w_ptr, dtype=int32, shape=[shape[0], shape[1], shape[2], 32 * vector])
-            sw = self.shared_tensor(dtype=int32, shape=[wst, granules, chunks, 32 * vector])
+            # row-major, unswizzled: a warp reads each row of a stage whole, so no swizzle is needed against bank
+            # conflicts, and TMA's unswizzled stages start on 128-byte boundaries where its 128-byte swizzle's need
+            # 1024 (the k-steps of int5b at group 32, u3 and u7 at group 64 are not multiples of 1024 bytes)
+            sw = self.shared_tensor(dtype=int32, shape=[wst, granules, chunks, 32 * vector],
+                                    layout=shared_row_major(wst, granules, chunks, 32 * vector))
             wbars = self.shared_tensor(dtype=uint64, shape=[wst])
             self.mbarrier_init(wbars, arrivals=1)
             if self.release_barriers:  # every warp releases a weight stage it has read
@@ -684,11 +689,6 @@ WGMMA_SMALL = Config(warps=4, units_per_warp=2, block_m=64, stage_activations=Tr
                      warpgroup_mma=True)
 
 
-def tma_stage_bytes(fmt: WeightFormat, config: Config) -> int:
-    """The bytes of one k-step of a block's weights: a stage of the ``weight_stages`` ring."""
-    return config.warps * config.units_per_warp // fmt.units * fmt.chunks * 32 * fmt.vector_bytes
-
-
 def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
     (``wgmma``: an sm_90a GPU, whose rows of ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
@@ -711,10 +711,10 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
                 and config.units_per_warp % fmt.units == 0):
             continue
         blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * config.units_per_warp * 16))
-        if row < len(hopper) and (blocks < multiprocessors or tma_stage_bytes(fmt, config) % 1024
+        if row < len(hopper) and (blocks < multiprocessors
                                   or m <= max((r[0] for r in hopper if r[0] < limit), default=0)):
-            # (TMA's swizzled stages start on 1024-byte boundaries: int5b at group 32, u3 and u7 at 64; a Hopper
-            # row serves the batches above the smaller Hopper rows' only: the 9-16-row row was not measured below)
+            # (a Hopper row serves the batches above the smaller Hopper rows' only: the 9-16-row row was not
+            # measured below)
             continue
         steps, splits = fmt.k // fmt.kt, 1
         while blocks * splits < per_sm * multiprocessors and steps // (2 * splits) >= 8:  # (splits may be uneven)

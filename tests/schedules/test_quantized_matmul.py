@@ -40,6 +40,20 @@ def test_pack_weight_round_trip(name, k, n, group):
     assert packed.storage.numel() * 4 == math.ceil(n / (16 * fmt.units)) * 16 * fmt.units * k * dtype.nbits // 8
 
 
+def test_a_k_step_spans_whole_groups():
+    """A k-step is the largest of 128, 64, 32 inputs dividing K and made of whole groups (at most 64 inputs or one
+    group for weights wider than 4 bits): small groups share a step, their scales each on its own columns."""
+    from tilus_tvm.schedules.quantized_weight import step_k
+
+    assert [step_k(8192, g, 4) for g in (32, 64, 128, 8192)] == [128, 128, 128, 128]
+    assert [step_k(8192, g, 5) for g in (32, 64, 128, 8192)] == [64, 64, 128, 128]
+    assert [step_k(960, g, 2) for g in (32, 64, 960)] == [64, 64, 64]  # 960 = 15 x 64
+    assert [step_k(480, g, 8) for g in (32, 480)] == [32, 32]  # 480 = 15 x 32
+    fmt = WeightFormat(dtypes.uint2b, 8192, 28672, 32)
+    assert fmt.kt == 128 and fmt.vector_bytes == 16 and fmt.storage_shape[1] == 64
+    assert WeightFormat(dtypes.int5b, 8192, 28672, 32).kt == 64
+
+
 def test_pack_weight_takes_packed_tensors_and_rounds_values():
     w = torch.tensor([[0.4, 2.6], [7.5, -3.0]]).repeat(16, 8)  # [32, 16]
     from_values = pack_weight(w, "uint4b", 32)
@@ -53,7 +67,8 @@ def test_pack_weight_takes_packed_tensors_and_rounds_values():
 def test_packed_lanes_are_the_kernels_mma_fragments(kt, warps, units, block_m):
     """Slot s of thread t in the kernel's A operand layout is the element pack_weight gave that lane
     there: warp w's unit u, at the unit layout's position of (lane, s mod the unit's slots)."""
-    fmt = WeightFormat(dtypes.uint4b, 1024, 1024, kt)
+    fmt = WeightFormat(dtypes.uint4b, 15 * kt, 1024, kt)  # (K an odd multiple of the group: k-steps of one group)
+    assert fmt.kt == kt
     _, a, x, b, _ = kernel_layouts(fmt, warps, units, block_m, dtypes.float16)
     unit = unit_layout(kt)
     for thread in range(warps * 32):
@@ -354,13 +369,13 @@ def test_bad_input_is_refused_before_launch():
         pack_weight(torch.zeros(256, 16), "float8_e8m0", 128)
     with pytest.raises(ScriptError, match="must be 2-D"):
         pack_weight(torch.zeros(256), "uint4b", 128)
-    fmt = WeightFormat(dtypes.int3b, 256, 64, 32)
+    fmt = WeightFormat(dtypes.int3b, 224, 64, 32)  # 7 k-steps of one group of 32: 96 bits a lane, units in pairs
     with pytest.raises(ScriptError, match="units_per_warp=1 must be a positive multiple of 2"):
         QuantizedMatmul(fmt, units_per_warp=1)
     with pytest.raises(ScriptError, match="block_m=12 must be a positive multiple of 8"):
         QuantizedMatmul(fmt, units_per_warp=2, block_m=12)
-    with pytest.raises(ScriptError, match="split_k=9 must be between 1 and the 8 k-steps"):
-        QuantizedMatmul(fmt, units_per_warp=2, split_k=9)
+    with pytest.raises(ScriptError, match="split_k=8 must be between 1 and the 7 k-steps"):
+        QuantizedMatmul(fmt, units_per_warp=2, split_k=8)
     with pytest.raises(ScriptError, match="prefetch=5 must be 1 to 4"):
         QuantizedMatmul(fmt, units_per_warp=2, prefetch=5)
     with pytest.raises(ScriptError, match=r"min_blocks=33 must be in \[0, 32\]"):
@@ -377,7 +392,7 @@ def test_wgmma_rows_of_the_table():
     wide = WeightFormat(dtypes.uint4b, 8192, 28672, 128)
     small, large = choose_config(64, wide, 132, wgmma=True), choose_config(256, wide, 132, wgmma=True)
     assert small.warpgroup_mma and small.block_m == 64 and large.block_m == 128 and large.split_k == 1
-    three_bit = WeightFormat(dtypes.int3b, 4096, 4096, 32)  # units of two 16-channel blocks
+    three_bit = WeightFormat(dtypes.int3b, 4064, 4096, 32)  # k-steps of 32: units of two 16-channel blocks
     assert choose_config(64, three_bit, 132, wgmma=True).units_per_warp == 2
     few_channels = WeightFormat(dtypes.uint4b, 4096, 11008, 128)  # 43 blocks of 256 channels: one warpgroup a block
     assert (choose_config(128, few_channels, 132, wgmma=True).warps, choose_config(128, few_channels, 132,

@@ -167,6 +167,17 @@ def test_fixed_register_slots(name, m, k, n, group, zero_points, dtype, override
         check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, seed=seed, config=config)
 
 
+@pytest.mark.parametrize("name,group,m,zero_points,dtype", [
+    ("uint2b", 32, 1, False, torch.float16), ("uint4b", 32, 5, True, torch.bfloat16), ("int3b", 64, 12, True,
+                                                                                          torch.float16),
+    ("uint2b", 64, 16, False, torch.bfloat16), ("float6_e3m2", 32, 32, False, torch.float16),
+    ("int4b", 32, 96, True, torch.float16), ("uint8", 64, 200, False, torch.bfloat16)])
+def test_groups_smaller_than_a_k_step(name, group, m, zero_points, dtype):
+    """A k-step of 128 inputs spans 2 or 4 groups (each group's scales and zero points on its own columns), on the
+    rows choose_config picks for the batch (registers, staged, scaled weights, wgmma on sm_90a), against torch."""
+    check(name, m, 1024, 200, group, zero_points=zero_points, dtype=dtype)
+
+
 @pytest.mark.parametrize("name,m,k,n,group,zero_points,row", [
     ("uint3b", 1, 1536, 264, 64, False, 2), ("int3b", 5, 1024, 200, 64, True, 2),  # stages of 1536 bytes
     ("int5b", 1, 1024, 520, 32, False, 0), ("uint5b", 12, 1024, 264, 32, True, 3),  # 2560

@@ -86,7 +86,7 @@ def test_every_library_configuration_is_accepted_by_its_constructor():
         FlashAttention(head_dim=64, **config)
     for config in tunable_of(tilus.tune.tunable(OnlineSoftmax)).configs():
         OnlineSoftmax(dtype=float16, **config)
-    for fmt in (weight_format(), weight_format("int3b", 32)):  # one unit a lane, and units in pairs
+    for fmt in (weight_format(), weight_format("int3b", 32, k=4064)):  # one unit a lane, and units in pairs
         assert fmt.units == (1 if fmt.dtype.nbits == 4 else 2)
         for config in tunable_of(tilus.tune.tunable(QuantizedMatmul, fmt=fmt)).configs():
             if config["units_per_warp"] % fmt.units:  # the ring row's one unit a warp: refused, so the tuner skips it

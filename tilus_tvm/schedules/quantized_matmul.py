@@ -9,8 +9,8 @@ The kernel computes ``out^T = w^T @ a^T`` on ``mma.sync.m16n8k16``, so the weigh
 (16 output channels per mma) and the batch is the n of the mma (8 per mma: a batch of 1 to 8 wastes
 at most 7/8 of a tensor-core op that is not the limit, the weight stream is). A block owns
 ``block_n = warps * units_per_warp * 16`` output channels and ``block_m`` batch rows; warp ``w``
-owns ``units_per_warp`` units of 16 channels. Each k-step of ``kt`` inputs (the group size, or 128
-per channel):
+owns ``units_per_warp`` units of 16 channels. Each k-step of ``kt`` inputs (one or more whole groups,
+:func:`~tilus_tvm.schedules.quantized_weight.step_k`):
 
 1. every thread loads its bytes of the packed weight tile straight into registers -- whole vectors
    of up to 16 bytes, a warp's load instruction reading 512 contiguous bytes -- one step ahead of
@@ -25,9 +25,9 @@ per channel):
    skip their multiply by ``2**(15 - bias)`` where the scales multiply in float32 after the dot, which
    then take that power of two (:func:`placed_fold`);
 3. the activations of the step ([block_m, kt], 4-byte loads in fragment layout, viewed transposed)
-   meet them in ``dot_split`` (float32 accumulation). With groups, each step's product starts from
-   zero and is added to the accumulator times the group's scales (one multiply per output, not per
-   weight); per channel, the scales multiply once at the end.
+   meet them in ``dot_split`` (float32 accumulation). With groups, each group's product over its
+   columns of the step starts from zero and is added to the accumulator times the group's scales (one
+   multiply per output, not per weight); per channel, the scales multiply once at the end.
 
 With ``scale_weights=True`` the scales multiply the weights instead (one multiply per weight, in
 the activations' type, but no second accumulator: the choice for large batches, whose accumulator
@@ -97,7 +97,8 @@ import tilus_tvm as tilus
 from tilus_tvm import bfloat16, float16, float32, int32, uint64, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
-from tilus_tvm.layout.register_ops import interleave_local
+from tilus_tvm.layout.register import compose, local
+from tilus_tvm.layout.register_ops import interleave_local, reduce
 from tilus_tvm.layout.shared import shared_row_major
 from tilus_tvm.schedules.quantized_weight import (QuantizedWeight, WeightFormat, check_weight, check_weight_dtype,
                                                   dequantize, pack_weight, quantize_weight)
@@ -349,6 +350,10 @@ class QuantizedMatmul(tilus.Script):
         # loop takes more registers (that row: 52 -> 76, fewer blocks an SM, 49.8 -> 57.2 us), so the table
         # turns fixed slots on only where they measured faster (see CONFIGS).
         grouped, fixed = not fmt.per_channel, self.fixed_slots
+        per_step = kt // min(fmt.group_size, kt)  # the groups a k-step spans
+        # their scales (and zero points) [block_n, per_step]: a thread holds all the groups of its channels, so that a
+        # group's column broadcasts over the weights (or the dot) with no exchange between threads
+        group_layout = compose(reduce(c_layout, [1], keepdims=True), local(1, per_step)) if per_step > 1 else None
         wq, xq, sq, zq, unroll = self.queue_depths()
         wslots, xslots, sslots, zslots = [], [], [], []
         for j in list(range(wq)):
@@ -356,9 +361,11 @@ class QuantizedMatmul(tilus.Script):
         for j in list(range(xq)):
             xslots.append(self.load_global(ga, offsets=[m0, (first + j) * kt], shape=[bm, kt], layout=x_layout))
         for j in list(range(sq)):
-            sslots.append(self.load_global(gs, offsets=[n0, (first + j) * kt // fmt.group_size], shape=[bn, 1]))
+            sslots.append(self.load_global(gs, offsets=[n0, (first + j) * per_step], shape=[bn, per_step],
+                                           layout=group_layout))
         for j in list(range(zq)):
-            zslots.append(self.load_global(gz, offsets=[n0, (first + j) * kt // fmt.group_size], shape=[bn, 1]))
+            zslots.append(self.load_global(gz, offsets=[n0, (first + j) * per_step], shape=[bn, per_step],
+                                           layout=group_layout))
         for round_ in range((steps + unroll - 1) // unroll):
             for u in list(range(unroll)):
                 i = round_ * unroll + u
@@ -420,20 +427,22 @@ class QuantizedMatmul(tilus.Script):
                             x_new = self.load_global(ga, offsets=[m0, (step + 1) * kt], shape=[bm, kt], layout=x_layout)
                         x = self.view(xslots[u % xq], layout=b_layout)
                     if grouped and not fixed:
-                        group_new = (step + 1) * kt // fmt.group_size
-                        s_new = self.load_global(gs, offsets=[n0, group_new], shape=[bn, 1])
-                        z_new = self.load_global(gz, offsets=[n0, group_new], shape=[bn, 1]) if self.zero_points \
+                        group_new = (step + 1) * per_step
+                        s_new = self.load_global(gs, offsets=[n0, group_new], shape=[bn, per_step],
+                                                 layout=group_layout)
+                        z_new = self.load_global(gz, offsets=[n0, group_new], shape=[bn, per_step],
+                                                 layout=group_layout) if self.zero_points \
                             else None
                     codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
                     weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold)
                     if wq and fixed:  # the slot's codes are converted: it takes step i + prefetch's words
                         self.assign(wslots[u % wq], self.load_step_words(gw, granule0, step + wq, words))
                     if self.zero_points:
-                        weights = weights - zslots[u % zq]
+                        weights = self.by_group(weights, zslots[u % zq], "sub")
                     scales = sslots[u % sq] if grouped else None
                     if self.warpgroup_mma:  # weights in registers (A), activations from shared memory (B)
                         if grouped:
-                            weights = weights * scales
+                            weights = self.by_group(weights, scales, "mul")
                         self.wgmma_fence()
                         for h in list(range(kt // chunk)):
                             self.wgmma(weights[:, h * chunk:(h + 1) * chunk], sx[i % self.stages, h].transpose(), acc)
@@ -446,12 +455,20 @@ class QuantizedMatmul(tilus.Script):
                     elif fmt.per_channel:
                         acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
                     elif self.scale_weights:
-                        weights = weights * scales
+                        weights = self.by_group(weights, scales, "mul")
                         acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
                     else:
-                        zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
-                        partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
-                        acc = acc + partial * self.folded(scales.to(float32))
+                        # a dot a group, each scaled in float32 (a k-step spans kt // group_size groups)
+                        size = min(fmt.group_size, kt)
+                        for g in list(range(kt // size)):
+                            zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
+                            if size == kt:
+                                partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
+                                acc = acc + partial * self.folded(scales.to(float32))
+                            else:
+                                partial = self.dot_split(weights[:, g * size:(g + 1) * size],
+                                                         x[g * size:(g + 1) * size, :], zero, warp_grid=[warps, 1])
+                                acc = acc + partial * self.folded(scales[:, g:g + 1].to(float32))
                     if release:
                         self.mbarrier_arrive(xfree[i % self.stages], per_warp=True)  # the warp's wgmma read the stage
                     elif self.stage_activations:
@@ -460,10 +477,12 @@ class QuantizedMatmul(tilus.Script):
                         self.assign(xslots[u % xq], self.load_global(ga, offsets=[m0, (step + xq) * kt],
                                                                      shape=[bm, kt], layout=x_layout))
                     if grouped and fixed:  # the slot's scales (and zero points) are used: it takes step i + 2's
-                        group_new = (step + sq) * kt // fmt.group_size
-                        self.assign(sslots[u % sq], self.load_global(gs, offsets=[n0, group_new], shape=[bn, 1]))
+                        group_new = (step + sq) * per_step
+                        self.assign(sslots[u % sq], self.load_global(gs, offsets=[n0, group_new], shape=[bn, per_step],
+                                                                     layout=group_layout))
                         if self.zero_points:
-                            self.assign(zslots[u % zq], self.load_global(gz, offsets=[n0, group_new], shape=[bn, 1]))
+                            self.assign(zslots[u % zq], self.load_global(gz, offsets=[n0, group_new],
+                                                                         shape=[bn, per_step], layout=group_layout))
                     elif not fixed:  # the queues move up a step, by copies
                         moving = []
                         if xq:
@@ -503,6 +522,20 @@ class QuantizedMatmul(tilus.Script):
             gws = self.global_view(ws_ptr, dtype=float32, shape=[splits, fmt.n, m_size],
                                    strides=[m_size * fmt.n, 1, fmt.n])
             self.store_global(gws, acc, offsets=[self.blockIdx.z, n0, m0], dims=[1, 2])
+
+    def by_group(self, weights, values, op: str):
+        """``weights - values`` or ``weights * values`` (``op``: "sub", "mul") for the weights of a k-step [block_n,
+        kt] and the values of the groups it spans [block_n, kt // group] (each for its group's columns)."""
+        size = min(self.fmt.group_size, self.fmt.kt)
+        if size == self.fmt.kt:
+            return weights - values if op == "sub" else weights * values
+        from tilus_tvm.ir.tensor_ops import slice_assign
+
+        for g in range(self.fmt.kt // size):
+            columns = (slice(None), slice(g * size, (g + 1) * size))
+            part, value = weights[columns], values[:, g:g + 1]
+            slice_assign(self._builder("by_group"), weights, columns, part - value if op == "sub" else part * value)
+        return weights
 
     def load_step_words(self, gw, granule0, step, words):
         """This thread's packed weight words of k-step ``step`` (the block's granules from ``granule0``), in

@@ -8,13 +8,14 @@
     python scripts/bench_quantized.py --configs 1 --types uint8,float4_e2m1   # ... for these types
     python scripts/bench_quantized.py --quick --types uint4b --tuned   # a row of quantized_matmul(tune=True) too
     python scripts/bench_quantized.py --quick --split-reduce kernel    # split-K summed by a second kernel
+    python scripts/bench_quantized.py --quick --group 32               # scales (and tinygemm's) a group of 32
 
 One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 weights, then per weight
-type (group 128 scales, float16 activations): our time, the *bandwidth floor* (bytes the kernel must
+type (group 128 scales unless ``--group``, float16 activations): our time, the *bandwidth floor* (bytes the kernel must
 read and write -- packed weights, scales, activations, output -- divided by the device-to-device copy
 bandwidth measured in this run), our share of it (floor / ours: 100% = at copy speed), and the speed-up
 over torch.matmul. The last column is a published W4A16 kernel where the GPU host's Python has one: PyTorch's
-own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations, group 128), on the u4
+own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations, the same group), on the u4
 rows; the packages with Triton W4A16 kernels that were looked for (gemlite, torchao, vllm, auto_gptq) are
 reported as found or not. Every kernel is checked against a dequantise-then-matmul reference on the first
 columns before it is timed; timings are medians of CUDA-event times of the call captured in a CUDA graph and
@@ -114,7 +115,7 @@ class Weights:
 
 
 def tinygemm(m: int, k: int, n: int):
-    """A timed call of torch's W4A16 tinygemm kernel (bfloat16, group 128), or None where it is missing."""
+    """A timed call of torch's W4A16 tinygemm kernel (bfloat16, group GROUP), or None where it is missing."""
     try:
         a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
         codes = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
@@ -228,7 +229,7 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
 
 
 def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str = "uint4b"):
-    """Configurations at m x k x n (group 128), fastest first. For decode batches: 1 to 8 warps of 1 to 4
+    """Configurations at m x k x n (group GROUP), fastest first. For decode batches: 1 to 8 warps of 1 to 4
     units each (a block of 16 to 512 channels: finer blocks spread a grid that is less than a wave more
     evenly over the SMs) and K split 1, 2 or 4, on the table's load path; then at the table's tile and
     split, each load path: activations to registers, or staged in shared memory with two or one k-steps
@@ -263,7 +264,7 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
             results.append((t_ours, nbytes, config))
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"# {config}: {type(exc).__name__}: {str(exc)[:160]}")
-    print(f"\n{m}x{k}x{n} {weight_type} g128 (the table's choice: {config_text(table)})")
+    print(f"\n{m}x{k}x{n} {weight_type} g{GROUP} (the table's choice: {config_text(table)})")
     for t_ours, nbytes, config in sorted(results, key=lambda r: r[0]):
         print(f"{t_ours:8.1f} us {nbytes / bandwidth / t_ours:6.0%} of floor  {config_text(config)}")
 
@@ -285,19 +286,23 @@ def main():
                              "stages (Hopper; 0: straight to registers, the table's way)")
     parser.add_argument("--no-tma-activations", action="store_true",
                         help="the wgmma rows stage their activations with cp.async instead of TMA")
+    parser.add_argument("--group", type=int, choices=[32, 64, 128], default=128,
+                        help="the weights' group size (their scales' and tinygemm's)")
     parser.add_argument("--split-reduce", choices=["kernel", "serial"], default="serial",
                         help="split-K partial sums added in the kernel, in split order (semaphores; the default), "
                              "or by a second kernel")
     args = parser.parse_args()
-    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS
+    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP
     SPLIT_REDUCE = args.split_reduce
+    GROUP = args.group
     WEIGHT_STAGES = args.weight_stages
     NO_TMA_ACTIVATIONS = args.no_tma_activations
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     bandwidth = copy_bandwidth()
     print(f"# {props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}; copy bandwidth "
-          f"{bandwidth / 1e6:.2f} TB/s; Triton W4A16 packages importable: {triton_packages()}")
+          f"{bandwidth / 1e6:.2f} TB/s; weights in groups of {GROUP}; Triton W4A16 packages importable: "
+          f"{triton_packages()}")
     print("# goals: u4 g128 1x8192x28672 <= 46 us; every width 2-8 bits >= 80% of its floor; batch 64-256 >= "
           "torch.matmul f16 (vs torch >= 1.00x)")
     if args.configs:

@@ -683,12 +683,17 @@ class Config:
 # fp6 e2m3 74.4-74.9 -> 72.7-72.8, fp6 e3m2 72.8-72.9 -> 72.5-72.6, uint7 84.6-84.8 -> 84.2-84.4 (12 rows alike);
 # three activation stages gave 51.3-51.6 (int4, fp4) and 62.5-62.7 (int5). 8-bit weights lost with it (uint8 87.2
 # -> 103.9, fp8 89.9 -> 102.0), and 2- and 3-bit weights (u2 44.6 -> 45.6-47.0, u3 47.3 -> 49.6-49.9).
+# Both 9-16-row rows ask for 4 blocks an SM (min_blocks=4, at most 128 registers a thread): a k-step of 128 inputs
+# spanning groups of 32 or 64 holds each group's scales and partial sums, and ptxas took up to 139 registers, 3
+# blocks an SM, 1.13 waves of the 448 blocks. H100, 16x8192x28672, two runs each: u4 g32 70.9-71.6 -> 57.7-58.3
+# us, u4 g64 66.6-67.2 -> 51.8-52.2, u3 g32 84.9-85.3 -> 60.9-62.5, u3 g64 55.3 -> 53.3-53.5; group 128 (u2 to
+# u7) and 12 rows measured the same.
 CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, weight_ring=4), 6, 2),
            (8, (6, 7, 8), Config(block_m=8, prefetch=2, stage_activations=True, stages=3), 2, None),
            (8, None, Config(block_m=8, prefetch=2), 2, None),
            (16, (4,), Config(block_m=16, prefetch=2, stage_activations=True, stages=3), 2, None),
            (16, (7,), Config(warps=8, block_m=16, prefetch=1, stage_activations=True, stages=3), 1, 2),
-           (16, (2, 3), Config(block_m=16, prefetch=1, stage_activations=True, stages=2), 2, None),
+           (16, (2, 3), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, min_blocks=4), 2, None),
            (16, None, Config(block_m=16, prefetch=1, stage_activations=True, stages=3), 2, None),
            (48, None, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True), 2, None),
            (None, None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True), 2, None))
@@ -699,7 +704,7 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2,
                   (8, (3,), Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
                                    fixed_slots=True), 6, 2),
                   (16, (4, 5, 6, 7), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
-                                            release_barriers=True, fixed_slots=True), 2, 2))
+                                            release_barriers=True, fixed_slots=True, min_blocks=4), 2, 2))
 _KERNELS: dict = {}
 
 

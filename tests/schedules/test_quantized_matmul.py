@@ -414,6 +414,21 @@ def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
                         warpgroup_mma=True)
 
 
+def test_nine_to_sixteen_row_rows_ask_for_four_blocks_an_sm():
+    """The 9-16-row rows (2- and 3-bit weights, and on sm_90a the TMA ring of 4- to 7-bit weights) launch with at most
+    128 registers a thread, so that 4 blocks fit an SM where k-steps of several groups would take more; the decode
+    rows up to 8 rows do not."""
+    for name, group, wgmma in (("uint2b", 32, False), ("uint3b", 128, True), ("uint4b", 32, True),
+                               ("int5b", 128, True)):
+        fmt = WeightFormat(dtypes.as_dtype(name), 8192, 28672, group)
+        config = choose_config(16, fmt, 132, wgmma=wgmma)
+        assert config.min_blocks == 4 and config.block_m == 16, (name, group, config)
+        assert choose_config(1, fmt, 132, wgmma=wgmma).min_blocks == 0
+    fmt = WeightFormat(dtypes.uint4b, 8192, 28672, 32)
+    kernel, compiled = compile_kernel(fmt, 16, choose_config(16, fmt, 132, wgmma=True), target="sm_90a")
+    assert "__launch_bounds__(128, 4)" in compiled.cuda_source
+
+
 def test_table_rows_for_five_and_seven_bit_weights():
     """3- to 8-bit decode on sm_90a takes the TMA weight ring, released by the warps, with fixed register slots,
     where the grid fills the SMs unsplit (the per-thread ring elsewhere, and on other GPUs; never for 2 bits);

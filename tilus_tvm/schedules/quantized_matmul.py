@@ -350,7 +350,7 @@ class QuantizedMatmul(tilus.Script):
         # loop takes more registers (that row: 52 -> 76, fewer blocks an SM, 49.8 -> 57.2 us), so the table
         # turns fixed slots on only where they measured faster (see CONFIGS).
         grouped, fixed = not fmt.per_channel, self.fixed_slots
-        per_step = kt // min(fmt.group_size, kt)  # the groups a k-step spans
+        per_step = fmt.groups_per_step
         # their scales (and zero points) [block_n, per_step]: a thread holds all the groups of its channels, so that a
         # group's column broadcasts over the weights (or the dot) with no exchange between threads
         group_layout = compose(reduce(c_layout, [1], keepdims=True), local(1, per_step)) if per_step > 1 else None
@@ -458,11 +458,11 @@ class QuantizedMatmul(tilus.Script):
                         weights = self.by_group(weights, scales, "mul")
                         acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
                     else:
-                        # a dot a group, each scaled in float32 (a k-step spans kt // group_size groups)
-                        size = min(fmt.group_size, kt)
-                        for g in list(range(kt // size)):
+                        # a dot a group, each scaled in float32
+                        size = kt // per_step
+                        for g in list(range(per_step)):
                             zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
-                            if size == kt:
+                            if per_step == 1:
                                 partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
                                 acc = acc + partial * self.folded(scales.to(float32))
                             else:
@@ -526,12 +526,13 @@ class QuantizedMatmul(tilus.Script):
     def by_group(self, weights, values, op: str):
         """``weights - values`` or ``weights * values`` (``op``: "sub", "mul") for the weights of a k-step [block_n,
         kt] and the values of the groups it spans [block_n, kt // group] (each for its group's columns)."""
-        size = min(self.fmt.group_size, self.fmt.kt)
-        if size == self.fmt.kt:
+        per_step = self.fmt.groups_per_step
+        if per_step == 1:
             return weights - values if op == "sub" else weights * values
         from tilus_tvm.ir.tensor_ops import slice_assign
 
-        for g in range(self.fmt.kt // size):
+        size = self.fmt.kt // per_step
+        for g in range(per_step):
             columns = (slice(None), slice(g * size, (g + 1) * size))
             part, value = weights[columns], values[:, g:g + 1]
             slice_assign(self._builder("by_group"), weights, columns, part - value if op == "sub" else part * value)

@@ -105,6 +105,11 @@ class WeightFormat:
         return step_k(self.k, self.group_size, self.dtype.nbits)
 
     @property
+    def groups_per_step(self) -> int:
+        """The groups a k-step spans (1 for one scale per channel)."""
+        return self.kt // min(self.group_size, self.kt)
+
+    @property
     def units(self) -> int:
         """Units (of 16 channels) per granule: enough that a lane's bits are whole 32-bit words."""
         return 1 if self.kt * self.dtype.nbits % 64 == 0 else 2

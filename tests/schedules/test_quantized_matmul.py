@@ -190,6 +190,24 @@ def test_fixed_slots_unroll_the_k_loop(prefetch, unroll):
         QuantizedMatmul(fmt, fixed_slots=1)
 
 
+def test_a_grid_short_at_its_most_splits_takes_narrower_blocks():
+    """1x11008x4096 (a 7B model's down projection): 32 blocks of 128 channels, split in 8 (86 k-steps, each split
+    keeping 8 or more), are 256 blocks, short of two an SM on 132 SMs, so the blocks take one unit a warp: 64
+    blocks of 64 channels, split in 8. Grids that fill at their splits keep two units."""
+    for m in (1, 16, 32):
+        for name in ("uint4b", "uint2b", "uint8"):
+            config = choose_config(m, WeightFormat(dtypes.as_dtype(name), 11008, 4096, 128), 132, wgmma=True)
+            assert (config.warps, config.units_per_warp, config.split_k) == (4, 1, 8), (m, name, config)
+    assert choose_config(1, WeightFormat(dtypes.uint4b, 11008, 4096, 128), 264).units_per_warp == 1
+    for k, n in ((4096, 11008), (4096, 12288), (28672, 8192), (8192, 10240)):
+        assert choose_config(1, WeightFormat(dtypes.uint4b, k, n, 128), 132, wgmma=True).units_per_warp == 2
+    # fewer SMs: 256 blocks are enough
+    assert choose_config(1, WeightFormat(dtypes.uint4b, 11008, 4096, 128), 108).units_per_warp == 2
+    # a format whose lanes pair units (k-steps of 32 inputs) keeps its two
+    paired = WeightFormat(dtypes.int3b, 4064, 512, 32)
+    assert paired.units == 2 and choose_config(1, paired, 132).units_per_warp == 2
+
+
 def test_uneven_k_splits():
     """split_k need not divide the k-steps: split z takes steps [z * S // split_k, (z + 1) * S // split_k), its
     bounds and its loop's trip count computed at run time; an even split keeps them compile-time constants."""

@@ -737,7 +737,11 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     that would need more splits than it allows (the ring row: two) leaves the batch to the next. Uneven
     splits (a 7B model's K of 11008 is 86 k-steps of 128, split in 8) took 1x11008x4096 on the H100 from
     29.4 to 19.0 us for u4 (uint8 42.3 -> 27.1, u2 31.4 -> 17.2), 16 rows 34.7 -> 21.0, 32 rows 43.6 -> 35.2,
-    where only two splits divided K before."""
+    where only two splits divided K before. A grid still short of the row's blocks per SM at the most splits K
+    allows (a row without a split limit) takes blocks of half the units a warp, twice as many: 1x11008x4096's
+    32 blocks of 128 channels split in 8 became 64 of 64 split in 8, on the H100 (two runs, A/B) u4 18.8-19.0
+    -> 17.3 us, u2 16.8-17.0 -> 16.0-16.1, u3 17.8-18.0 -> 16.7-16.9, int5 20.5-20.7 -> 19.1, uint8 27.2-27.6 ->
+    25.4-25.6, fp6 e3m2 21.7-21.9 -> 21.0-21.1; 32 rows u4 35.2-35.3 -> 30.1-30.3; 16 rows alike (20.8-21.0)."""
     if wgmma and m >= WGMMA_MIN_ROWS:
         config = next(c for limit, c in WGMMA_CONFIGS if limit is None or m <= limit)
         units = max(config.units_per_warp, fmt.units) // fmt.units * fmt.units
@@ -758,6 +762,14 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         steps, splits = fmt.k // fmt.kt, 1
         while blocks * splits < per_sm * multiprocessors and steps // (2 * splits) >= 8:  # (splits may be uneven)
             splits *= 2
+        if blocks * splits < per_sm * multiprocessors and config.units_per_warp >= 2 * fmt.units \
+                and max_split is None:
+            # still short of the row's blocks per SM at the most splits K allows (a 7B model's down projection,
+            # 4096 channels): blocks of half the channels, twice as many (see the docstring)
+            config = replace(config, units_per_warp=config.units_per_warp // 2)
+            blocks, splits = 2 * blocks, 1
+            while blocks * splits < per_sm * multiprocessors and steps // (2 * splits) >= 8:
+                splits *= 2
         if max_split is None or splits <= max_split:
             return replace(config, split_k=splits)
     raise AssertionError("the last row of CONFIGS serves every batch")

@@ -190,6 +190,21 @@ def test_fixed_slots_unroll_the_k_loop(prefetch, unroll):
         QuantizedMatmul(fmt, fixed_slots=1)
 
 
+def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
+    """On sm_90a the 4-6-bit decode row (the released TMA ring) serves grids of fewer blocks than SMs too, splitting
+    K in up to 4 (a 7B model's 11008 and 12288 channels, a 70B model's 10240: 80-96 blocks of 128 channels); a grid
+    that would need 8 splits (1x11008x4096, 1x28672x8192) leaves the batch to the register rows."""
+    for k, n in ((4096, 11008), (4096, 12288), (8192, 10240)):
+        for name in ("uint4b", "int5b", "uint6b", "float4_e2m1"):
+            for m in (1, 8):
+                config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 132, wgmma=True)
+                assert (config.weight_stages, config.release_barriers, config.split_k) == (3, True, 4), (k, n, name)
+        assert not choose_config(1, WeightFormat(dtypes.uint4b, k, n, 128), 132).weight_stages  # (not without sm_90a)
+    for k, n in ((11008, 4096), (28672, 8192)):
+        assert not choose_config(1, WeightFormat(dtypes.uint4b, k, n, 128), 132, wgmma=True).weight_stages
+    assert not choose_config(1, WeightFormat(dtypes.uint3b, 4096, 11008, 128), 132, wgmma=True).weight_stages
+
+
 def test_a_grid_short_at_its_most_splits_takes_narrower_blocks():
     """1x11008x4096 (a 7B model's down projection): 32 blocks of 128 channels, split in 8 (86 k-steps, each split
     keeping 8 or more), are 256 blocks, short of two an SM on 132 SMs, so the blocks take one unit a warp: 64

@@ -664,7 +664,7 @@ class Config:
 #   two runs each, 16 rows: u2 46.9-48.0 -> 44.4-44.5 us, u3 50.0-50.4 -> 47.1-48.3; 12 rows: u2 46.4-46.6 ->
 #   43.9-44.0, u3 47.9-49.2 -> 46.2-46.4); int5, uint6 and uint8 measured the same either way, u4 0.3 us slower
 #   (fp4, in u4's row, 1.8 us faster).
-# On sm_90a (HOPPER_CONFIGS, tried first, only where the grid fills the SMs before K is split), weights of 3 to 8
+# On sm_90a (HOPPER_CONFIGS, tried first, where the grid fills the SMs before K is split; see below), weights of 3 to 8
 # bits up to 8 rows stream through a TMA ring of 3 k-steps (weight_stages=3) whose stages each warp releases on a
 # barrier (release_barriers; no block-wide barrier a step), with the scales (and activations) in fixed register
 # slots (fixed_slots). H100, 1x8192x28672, against the rows below in the same runs (two each): u4 49.8-50.8 ->
@@ -678,6 +678,11 @@ class Config:
 # H100, against the per-thread ring row in the same runs (two each), u3 1x8192x28672 43.8-44.4 -> 40.4-40.5 us,
 # 4 rows 56.8-56.9 -> 47.8-47.9, 8 rows 85.9-86.1 -> 78.0-78.4 (1x4096x11008, 1x4096x12288, 1x8192x10240 and
 # 1x28672x8192 keep their rows: too few blocks unsplit, or more than two splits). u2 lost with it (35.5 -> 37.6).
+# The 4-6-bit row also serves grids smaller than the SMs, with K split in up to 4 (80-96 blocks of 128 channels;
+# a grid that needs 8 splits keeps the register row): H100, A/B, two runs each, 1x4096x11008 u4 15.4 -> 15.0-15.1
+# us, int5 17.5 -> 16.9-17.0, uint6 20.7-20.8 -> 18.5, fp4 16.6-16.7 -> 15.3-15.5; 1x8192x10240 u4 23.1-23.3 ->
+# 22.0-22.1, int5 26.9 -> 25.6-25.8, uint6 32.7-32.8 -> 29.0-29.2, 4 rows u4 24.0-24.1 -> 22.6; 1x4096x12288 u4
+# 16.6-16.8 -> 16.2-16.4; 8x4096x11008 u4 the same (17.3-17.4), uint6 21.3 -> 20.4.
 # From 9 to 16 rows, 4- to 7-bit weights take the released ring too, with the activations staged by cp.async two
 # k-steps deep (a block barrier a step for them): H100, two runs each, 16 rows: u4 53.5-53.6 -> 50.6-50.8 us,
 # int4 53.1-53.2 -> 50.7-50.8, fp4 e2m1 53.5-54.0 -> 50.8-50.9, int5 63.3-63.5 -> 61.4, uint6 73.3-73.5 -> 71.9-72.1,
@@ -699,7 +704,7 @@ CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, wei
            (48, None, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True), 2, None),
            (None, None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True), 2, None))
 HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
-                                        fixed_slots=True), 2, 2),
+                                        fixed_slots=True), 2, 4),
                   (8, (7, 8), Config(units_per_warp=1, block_m=8, prefetch=2, stage_activations=True, stages=3,
                                      weight_stages=3, release_barriers=True, fixed_slots=True), 6, 2),
                   (8, (3,), Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
@@ -754,14 +759,17 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
                 and config.units_per_warp % fmt.units == 0):
             continue
         blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * config.units_per_warp * 16))
-        if row < len(hopper) and (blocks < multiprocessors
+        if row < len(hopper) and ((blocks < multiprocessors and max_split < 4)
                                   or m <= max((r[0] for r in hopper if r[0] < limit), default=0)):
-            # (a Hopper row serves the batches above the smaller Hopper rows' only: the 9-16-row row was not
-            # measured below)
+            # (a Hopper row serves grids that fill the SMs unsplit -- the 4-6-bit decode row, which may split K in
+            # 4, also smaller ones that its splits fill, below -- and the batches above the smaller Hopper rows' only:
+            # the 9-16-row row was not measured below)
             continue
         steps, splits = fmt.k // fmt.kt, 1
         while blocks * splits < per_sm * multiprocessors and steps // (2 * splits) >= 8:  # (splits may be uneven)
             splits *= 2
+        if row < len(hopper) and blocks < multiprocessors and blocks * splits < per_sm * multiprocessors:
+            continue  # (a grid smaller than the SMs that K's splits leave short: the rows below, as measured)
         if blocks * splits < per_sm * multiprocessors and config.units_per_warp >= 2 * fmt.units \
                 and max_split is None:
             # still short of the row's blocks per SM at the most splits K allows (a 7B model's down projection,

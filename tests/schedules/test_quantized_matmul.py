@@ -203,6 +203,14 @@ def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
     for k, n in ((11008, 4096), (28672, 8192)):
         assert not choose_config(1, WeightFormat(dtypes.uint4b, k, n, 128), 132, wgmma=True).weight_stages
     assert not choose_config(1, WeightFormat(dtypes.uint3b, 4096, 11008, 128), 132, wgmma=True).weight_stages
+    # and the 9-16-row row, for 4- to 6-bit weights (7-bit ones keep the register row there)
+    for name in ("uint4b", "int5b", "uint6b", "float4_e2m1"):
+        for m in (12, 16):
+            config = choose_config(m, WeightFormat(dtypes.as_dtype(name), 4096, 11008, 128), 132, wgmma=True)
+            assert (config.weight_stages, config.block_m, config.stages, config.split_k) == (3, 16, 2, 4), (name, m)
+    assert not choose_config(16, WeightFormat(dtypes.uint7b, 4096, 11008, 128), 132, wgmma=True).weight_stages
+    big = choose_config(16, WeightFormat(dtypes.uint7b, 8192, 28672, 128), 132, wgmma=True)
+    assert (big.weight_stages, big.split_k) == (3, 2)  # (a grid that fills the SMs: the row, as before)
 
 
 def test_a_grid_short_at_its_most_splits_takes_narrower_blocks():
@@ -500,7 +508,8 @@ def test_table_rows_for_five_and_seven_bit_weights():
         assert (wide.weight_stages, wide.stage_activations, wide.stages, wide.split_k, wide.warps) == (3, True, 2, 2, 4)
     for name in ("uint8", "uint3b"):
         assert not choose_config(16, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True).weight_stages
-    assert not choose_config(16, WeightFormat(dtypes.uint4b, 4096, 11008, 128), 132, wgmma=True).weight_stages  # 86 tiles
+    # 86 tiles at 16x4096x11008: the ring with K split in 4 (test_the_hopper_decode_row_splits_grids_smaller_than_the_sms)
+    assert choose_config(16, WeightFormat(dtypes.uint4b, 4096, 11008, 128), 132, wgmma=True).split_k == 4
     assert choose_config(1, five, 132).weight_ring == 4 and not choose_config(1, five, 132).weight_stages
     # 1x11008x4096: 32 or 64 blocks, no TMA ring; K's 86 k-steps split in 8 (unevenly), more than the per-thread
     # ring's two, so the register row

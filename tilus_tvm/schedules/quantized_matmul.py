@@ -682,7 +682,11 @@ class Config:
 # a grid that needs 8 splits keeps the register row): H100, A/B, two runs each, 1x4096x11008 u4 15.4 -> 15.0-15.1
 # us, int5 17.5 -> 16.9-17.0, uint6 20.7-20.8 -> 18.5, fp4 16.6-16.7 -> 15.3-15.5; 1x8192x10240 u4 23.1-23.3 ->
 # 22.0-22.1, int5 26.9 -> 25.6-25.8, uint6 32.7-32.8 -> 29.0-29.2, 4 rows u4 24.0-24.1 -> 22.6; 1x4096x12288 u4
-# 16.6-16.8 -> 16.2-16.4; 8x4096x11008 u4 the same (17.3-17.4), uint6 21.3 -> 20.4.
+# 16.6-16.8 -> 16.2-16.4; 8x4096x11008 u4 the same (17.3-17.4), uint6 21.3 -> 20.4. So does the 9-16-row row
+# for 4- to 6-bit weights (in one process, two runs each, every column checked): 16x4096x11008 u4 18.0-18.1 ->
+# 17.3-17.5 us, int5 19.5-19.6 -> 18.9, uint6 22.4 -> 20.9, fp4 18.4-18.5 -> 17.2-17.4; 16x8192x10240 u4 26.7 ->
+# 24.3-24.5, uint6 34.1-34.3 -> 30.7; 16x4096x12288 u4 19.0-19.1 -> 18.1-18.2; 12x4096x11008 u4 17.7-17.8 -> 16.6.
+# Not 7-bit weights (uint7 22.5-22.6 -> 22.8-23.1 at 16x4096x11008, 35.1 -> 34.5-34.6 at 16x8192x10240).
 # From 9 to 16 rows, 4- to 7-bit weights take the released ring too, with the activations staged by cp.async two
 # k-steps deep (a block barrier a step for them): H100, two runs each, 16 rows: u4 53.5-53.6 -> 50.6-50.8 us,
 # int4 53.1-53.2 -> 50.7-50.8, fp4 e2m1 53.5-54.0 -> 50.8-50.9, int5 63.3-63.5 -> 61.4, uint6 73.3-73.5 -> 71.9-72.1,
@@ -709,8 +713,10 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2,
                                      weight_stages=3, release_barriers=True, fixed_slots=True), 6, 2),
                   (8, (3,), Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
                                    fixed_slots=True), 6, 2),
-                  (16, (4, 5, 6, 7), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
-                                            release_barriers=True, fixed_slots=True, min_blocks=4), 2, 2))
+                  (16, (4, 5, 6), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
+                                         release_barriers=True, fixed_slots=True, min_blocks=4), 2, 4),
+                  (16, (7,), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
+                                    release_barriers=True, fixed_slots=True, min_blocks=4), 2, 2))
 _KERNELS: dict = {}
 
 

@@ -767,26 +767,32 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * config.units_per_warp * 16))
         if row < len(hopper) and ((blocks < multiprocessors and max_split < 4)
                                   or m <= max((r[0] for r in hopper if r[0] < limit), default=0)):
-            # (a Hopper row serves grids that fill the SMs unsplit -- the 4-6-bit decode row, which may split K in
-            # 4, also smaller ones that its splits fill, below -- and the batches above the smaller Hopper rows' only:
-            # the 9-16-row row was not measured below)
+            # (a Hopper row serves grids that fill the SMs unsplit -- the 4-6-bit rows, which may split K in 4, also
+            # smaller ones that their splits fill, below -- and the batches above the smaller Hopper rows' only: the
+            # 9-16-row rows were not measured below)
             continue
-        steps, splits = fmt.k // fmt.kt, 1
-        while blocks * splits < per_sm * multiprocessors and steps // (2 * splits) >= 8:  # (splits may be uneven)
-            splits *= 2
-        if row < len(hopper) and blocks < multiprocessors and blocks * splits < per_sm * multiprocessors:
+        wanted = per_sm * multiprocessors
+        splits = _splits(blocks, wanted, fmt.k // fmt.kt)
+        if row < len(hopper) and blocks < multiprocessors and blocks * splits < wanted:
             continue  # (a grid smaller than the SMs that K's splits leave short: the rows below, as measured)
-        if blocks * splits < per_sm * multiprocessors and config.units_per_warp >= 2 * fmt.units \
-                and max_split is None:
+        if blocks * splits < wanted and config.units_per_warp >= 2 * fmt.units and max_split is None:
             # still short of the row's blocks per SM at the most splits K allows (a 7B model's down projection,
             # 4096 channels): blocks of half the channels, twice as many (see the docstring)
             config = replace(config, units_per_warp=config.units_per_warp // 2)
-            blocks, splits = 2 * blocks, 1
-            while blocks * splits < per_sm * multiprocessors and steps // (2 * splits) >= 8:
-                splits *= 2
+            blocks *= 2
+            splits = _splits(blocks, wanted, fmt.k // fmt.kt)
         if max_split is None or splits <= max_split:
             return replace(config, split_k=splits)
     raise AssertionError("the last row of CONFIGS serves every batch")
+
+
+def _splits(blocks: int, wanted: int, steps: int) -> int:
+    """K's splits (doubling) for a grid of ``blocks`` to reach ``wanted`` blocks, while every split keeps at least
+    8 of the ``steps`` k-steps (evenly or not)."""
+    splits = 1
+    while blocks * splits < wanted and steps // (2 * splits) >= 8:
+        splits *= 2
+    return splits
 
 
 def kernel_for(fmt: WeightFormat, dtype: Any, zero_points: bool, config: Config) -> QuantizedMatmul:

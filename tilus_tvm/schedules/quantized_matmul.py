@@ -361,11 +361,9 @@ class QuantizedMatmul(tilus.Script):
         for j in list(range(xq)):
             xslots.append(self.load_global(ga, offsets=[m0, (first + j) * kt], shape=[bm, kt], layout=x_layout))
         for j in list(range(sq)):
-            sslots.append(self.load_global(gs, offsets=[n0, (first + j) * per_step], shape=[bn, per_step],
-                                           layout=group_layout))
+            sslots.append(self.load_step_groups(gs, n0, first + j, bn, group_layout))
         for j in list(range(zq)):
-            zslots.append(self.load_global(gz, offsets=[n0, (first + j) * per_step], shape=[bn, per_step],
-                                           layout=group_layout))
+            zslots.append(self.load_step_groups(gz, n0, first + j, bn, group_layout))
         for round_ in range((steps + unroll - 1) // unroll):
             for u in list(range(unroll)):
                 i = round_ * unroll + u
@@ -427,11 +425,8 @@ class QuantizedMatmul(tilus.Script):
                             x_new = self.load_global(ga, offsets=[m0, (step + 1) * kt], shape=[bm, kt], layout=x_layout)
                         x = self.view(xslots[u % xq], layout=b_layout)
                     if grouped and not fixed:
-                        group_new = (step + 1) * per_step
-                        s_new = self.load_global(gs, offsets=[n0, group_new], shape=[bn, per_step],
-                                                 layout=group_layout)
-                        z_new = self.load_global(gz, offsets=[n0, group_new], shape=[bn, per_step],
-                                                 layout=group_layout) if self.zero_points \
+                        s_new = self.load_step_groups(gs, n0, step + 1, bn, group_layout)
+                        z_new = self.load_step_groups(gz, n0, step + 1, bn, group_layout) if self.zero_points \
                             else None
                     codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
                     weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold)
@@ -477,12 +472,9 @@ class QuantizedMatmul(tilus.Script):
                         self.assign(xslots[u % xq], self.load_global(ga, offsets=[m0, (step + xq) * kt],
                                                                      shape=[bm, kt], layout=x_layout))
                     if grouped and fixed:  # the slot's scales (and zero points) are used: it takes step i + 2's
-                        group_new = (step + sq) * per_step
-                        self.assign(sslots[u % sq], self.load_global(gs, offsets=[n0, group_new], shape=[bn, per_step],
-                                                                     layout=group_layout))
+                        self.assign(sslots[u % sq], self.load_step_groups(gs, n0, step + sq, bn, group_layout))
                         if self.zero_points:
-                            self.assign(zslots[u % zq], self.load_global(gz, offsets=[n0, group_new],
-                                                                         shape=[bn, per_step], layout=group_layout))
+                            self.assign(zslots[u % zq], self.load_step_groups(gz, n0, step + sq, bn, group_layout))
                     elif not fixed:  # the queues move up a step, by copies
                         moving = []
                         if xq:
@@ -537,6 +529,12 @@ class QuantizedMatmul(tilus.Script):
             part, value = weights[columns], values[:, g:g + 1]
             slice_assign(self._builder("by_group"), weights, columns, part - value if op == "sub" else part * value)
         return weights
+
+    def load_step_groups(self, view, n0, step, block_n, layout):
+        """The scales (or zero points) of the groups k-step ``step`` spans, for the block's ``block_n`` channels
+        from ``n0``: [block_n, groups_per_step] of ``view`` (s^T or z^T), in registers laid out as ``layout``."""
+        per_step = self.fmt.groups_per_step
+        return self.load_global(view, offsets=[n0, step * per_step], shape=[block_n, per_step], layout=layout)
 
     def load_step_words(self, gw, granule0, step, words):
         """This thread's packed weight words of k-step ``step`` (the block's granules from ``granule0``), in

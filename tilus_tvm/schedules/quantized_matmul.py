@@ -763,16 +763,16 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
                 and config.units_per_warp % fmt.units == 0):
             continue
         blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * config.units_per_warp * 16))
-        if row < len(hopper) and ((blocks < multiprocessors and max_split < 4)
-                                  or m <= max((r[0] for r in hopper if r[0] < limit), default=0)):
-            # (a Hopper row serves grids that fill the SMs unsplit -- the 4-6-bit rows, which may split K in 4, also
-            # smaller ones that their splits fill, below -- and the batches above the smaller Hopper rows' only: the
-            # 9-16-row rows were not measured below)
+        if row < len(hopper) and m <= max((r[0] for r in hopper if r[0] < limit), default=0):
+            # (a Hopper row serves the batches above the smaller Hopper rows' only: the 9-16-row rows were not
+            # measured below)
             continue
         wanted = per_sm * multiprocessors
         splits = _splits(blocks, wanted, fmt.k // fmt.kt)
-        if row < len(hopper) and blocks < multiprocessors and blocks * splits < wanted:
-            continue  # (a grid smaller than the SMs that K's splits leave short: the rows below, as measured)
+        if row < len(hopper) and blocks < multiprocessors and (max_split < 4 or blocks * splits < wanted):
+            # (a Hopper row serves grids that fill the SMs unsplit; the 4-6-bit rows, which may split K in 4, also
+            # smaller ones that their splits fill, as measured)
+            continue
         if blocks * splits < wanted and config.units_per_warp >= 2 * fmt.units and max_split is None:
             # still short of the row's blocks per SM at the most splits K allows (a 7B model's down projection,
             # 4096 channels): blocks of half the channels, twice as many (see the docstring)

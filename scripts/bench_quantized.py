@@ -9,6 +9,8 @@
     python scripts/bench_quantized.py --quick --types uint4b --tuned   # a row of quantized_matmul(tune=True) too
     python scripts/bench_quantized.py --quick --split-reduce kernel    # split-K summed by a second kernel
     python scripts/bench_quantized.py --quick --group 32               # scales (and tinygemm's) a group of 32
+    python scripts/bench_quantized.py --alternate 4 --shapes 256x8192x28672 --types uint4b,float8_e4m3
+                                                      # torch and ours timed in turn, four rounds each
 
 One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 weights, then per weight
 type (group 128 scales unless ``--group``, float16 activations): our time, the *bandwidth floor* (bytes the kernel must
@@ -228,6 +230,45 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
                   f"{t_torch / t_ours:9.2f}x{tiny_text}  {config_text(config)}")
 
 
+def alternate(shapes, types, rounds: int):
+    """torch.matmul (f16 weights) and ours for each of types timed in turn, ``rounds`` times, in one process.
+    torch.matmul's time at a shape moves from run to run by more than the gaps being measured (at
+    256x8192x28672 on an H100: 195 us in one run of the table, 229 us in another), so a ratio of two
+    timings taken minutes apart can mislead; here each round times every kernel back to back, and the
+    table gives each kernel's range over the rounds and the range of its per-round ratio to torch."""
+    print(f"\n{'shape MxKxN':<18}{'kernel':<16}{'min us':>9}{'median us':>11}{'max us':>9}{'vs torch (per round)':>24}"
+          "  config")
+    for m, k, n in shapes:
+        a = torch.randn(m, k, device="cuda").half()
+        w16 = torch.randn(k, n, device="cuda").half()
+        calls = {"float16 torch": (lambda: torch.matmul(a, w16), "")}
+        kept = []  # the weights and outputs the calls use
+        for name in types:
+            weights = Weights(name, k, n)
+            out = torch.empty(m, n, dtype=torch.float16, device="cuda")
+            config = replace(choose_config(m, weights.packed.format, torch.cuda.get_device_properties(0)
+                                           .multi_processor_count, wgmma=HOPPER), split_reduce=SPLIT_REDUCE)
+            call = (lambda w=weights, o=out, c=config: quantized_matmul(a, w.packed, w.scales, out=o, config=c))
+            call()
+            weights.check(a, out)
+            weights.values = None  # the checked values are not needed again
+            kept.append((weights, out))
+            calls[name] = (call, config_text(config))
+        times = {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, (call, _) in calls.items():
+                times[name].append(timed(call))
+        shape = f"{m}x{k}x{n}"
+        for name, (_, config) in calls.items():
+            t = sorted(times[name])
+            ratios = sorted(t_torch / t_ours for t_torch, t_ours in zip(times["float16 torch"], times[name]))
+            ratio_text = "" if name == "float16 torch" else f"{ratios[0]:.2f}x - {ratios[-1]:.2f}x"
+            print(f"{shape:<18}{name:<16}{t[0]:9.1f}{t[len(t) // 2]:11.1f}{t[-1]:9.1f}{ratio_text:>24}  {config}")
+            shape = ""
+        del a, w16, calls, kept
+        torch.cuda.empty_cache()
+
+
 def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str = "uint4b"):
     """Configurations at m x k x n (group GROUP), fastest first. For decode batches: 1 to 8 warps of 1 to 4
     units each (a block of 16 to 512 channels: finer blocks spread a grid that is less than a wave more
@@ -291,6 +332,9 @@ def main():
     parser.add_argument("--split-reduce", choices=["kernel", "serial"], default="serial",
                         help="split-K partial sums added in the kernel, in split order (semaphores; the default), "
                              "or by a second kernel")
+    parser.add_argument("--alternate", type=int, default=0, metavar="ROUNDS",
+                        help="time torch.matmul and ours in turn, ROUNDS times each, at --shapes (default: the "
+                             "prefill shapes) for --types (default: uint4b,float8_e4m3), instead of the table")
     args = parser.parse_args()
     global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP
     SPLIT_REDUCE = args.split_reduce
@@ -305,6 +349,11 @@ def main():
           f"{triton_packages()}")
     print("# goals: u4 g128 1x8192x28672 <= 46 us; every width 2-8 bits >= 80% of its floor; batch 64-256 >= "
           "torch.matmul f16 (vs torch >= 1.00x)")
+    if args.alternate:
+        shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes \
+            else PREFILL
+        alternate(shapes, (args.types or "uint4b,float8_e4m3").split(","), args.alternate)
+        return
     if args.configs:
         weights = [tuple(int(v) for v in shape.split("x"))[1:] for shape in args.shapes.split(",")] if args.shapes \
             else [(8192, 28672)]

@@ -193,7 +193,8 @@ def test_fixed_slots_unroll_the_k_loop(prefetch, unroll):
 def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
     """On sm_90a the 4-6-bit decode row (the released TMA ring) serves grids of fewer blocks than SMs too, splitting
     K in up to 4 (a 7B model's 11008 and 12288 channels, a 70B model's 10240: 80-96 blocks of 128 channels); a grid
-    that would need 8 splits (1x11008x4096, 1x28672x8192) leaves the batch to the register rows."""
+    that would need 8 splits (1x11008x4096, 1x28672x8192) leaves the batch to the short-grid ring row (see
+    test_grids_short_of_the_sms_take_the_short_grid_ring)."""
     for k, n in ((4096, 11008), (4096, 12288), (8192, 10240)):
         for name in ("uint4b", "int5b", "uint6b", "float4_e2m1"):
             for m in (1, 8):
@@ -201,8 +202,7 @@ def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
                 assert (config.weight_stages, config.release_barriers, config.split_k) == (3, True, 4), (k, n, name)
         assert not choose_config(1, WeightFormat(dtypes.uint4b, k, n, 128), 132).weight_stages  # (not without sm_90a)
     for k, n in ((11008, 4096), (28672, 8192)):
-        assert not choose_config(1, WeightFormat(dtypes.uint4b, k, n, 128), 132, wgmma=True).weight_stages
-    assert not choose_config(1, WeightFormat(dtypes.uint3b, 4096, 11008, 128), 132, wgmma=True).weight_stages
+        assert choose_config(1, WeightFormat(dtypes.uint4b, k, n, 128), 132, wgmma=True).units_per_warp == 1
     # and the 9-16-row row, for 4- to 6-bit weights (7-bit ones keep the register row there)
     for name in ("uint4b", "int5b", "uint6b", "float4_e2m1"):
         for m in (12, 16):
@@ -211,6 +211,32 @@ def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
     assert not choose_config(16, WeightFormat(dtypes.uint7b, 4096, 11008, 128), 132, wgmma=True).weight_stages
     big = choose_config(16, WeightFormat(dtypes.uint7b, 8192, 28672, 128), 132, wgmma=True)
     assert (big.weight_stages, big.split_k) == (3, 2)  # (a grid that fills the SMs: the row, as before)
+
+
+def test_grids_short_of_the_sms_take_the_short_grid_ring():
+    """On sm_90a, up to 8 rows of 3- to 8-bit weights whose grid is short of the SMs and needs more K splits than
+    the rows before allow take one unit a warp, staged activations and the released TMA ring, K split until 4
+    blocks an SM (3 for 6- to 8-bit weights); 2-bit weights, 9 rows and more, and GPUs without sm_90a keep their
+    rows."""
+    ring = ("weight_stages", "release_barriers", "fixed_slots", "stage_activations", "units_per_warp")
+    expected = {(11008, 4096): (8, 8), (28672, 8192): (8, 4), (8192, 8192): (8, 4), (4096, 11008): (4, 4),
+                (8192, 10240): (4, 4)}  # (K, N): splits for 3-5-bit and for 6-8-bit weights
+    for (k, n), (narrow, wide) in expected.items():
+        for name in ("uint3b", "uint4b", "int5b", "float4_e2m1", "uint6b", "float6_e2m3", "uint7b", "uint8",
+                     "float8_e4m3"):
+            dtype = dtypes.as_dtype(name)
+            if (k, n) in ((4096, 11008), (8192, 10240)) and dtype.nbits in (4, 5, 6):
+                continue  # (the 4-6-bit row serves these at 4 splits with two units a warp)
+            for m in (1, 8):
+                config = choose_config(m, WeightFormat(dtype, k, n, 128), 132, wgmma=True)
+                assert tuple(getattr(config, f) for f in ring) == (3, True, True, True, 1), (k, n, name, m)
+                assert config.split_k == (narrow if dtype.nbits <= 5 else wide), (k, n, name, m, config.split_k)
+    for k, n in expected:
+        assert not choose_config(1, WeightFormat(dtypes.uint2b, k, n, 128), 132, wgmma=True).weight_stages
+        assert not choose_config(1, WeightFormat(dtypes.uint4b, k, n, 128), 132).weight_stages
+        assert choose_config(16, WeightFormat(dtypes.uint3b, k, n, 128), 132, wgmma=True).block_m == 16
+    # a grid that fills the SMs keeps the rows before (1x8192x28672: 224 blocks of 128 channels)
+    assert choose_config(1, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True).units_per_warp == 2
 
 
 def test_a_grid_short_at_its_most_splits_takes_narrower_blocks():
@@ -223,7 +249,7 @@ def test_a_grid_short_at_its_most_splits_takes_narrower_blocks():
             assert (config.warps, config.units_per_warp, config.split_k) == (4, 1, 8), (m, name, config)
     assert choose_config(1, WeightFormat(dtypes.uint4b, 11008, 4096, 128), 264).units_per_warp == 1
     for k, n in ((4096, 11008), (4096, 12288), (28672, 8192), (8192, 10240)):
-        assert choose_config(1, WeightFormat(dtypes.uint4b, k, n, 128), 132, wgmma=True).units_per_warp == 2
+        assert choose_config(1, WeightFormat(dtypes.uint4b, k, n, 128), 132).units_per_warp == 2
     # fewer SMs: 256 blocks are enough
     assert choose_config(1, WeightFormat(dtypes.uint4b, 11008, 4096, 128), 108).units_per_warp == 2
     # a format whose lanes pair units (k-steps of 32 inputs) keeps its two
@@ -501,8 +527,10 @@ def test_table_rows_for_five_and_seven_bit_weights():
                              torch.zeros(16, 256, dtype=torch.float16), torch.zeros(16, 256, dtype=torch.float16),
                              torch.zeros(1, 256, dtype=torch.float16), torch.zeros(1), target="sm_90a")
     assert "cp.async.bulk.tensor" in lowered.cuda_source
-    # 1x4096x11008: 172 blocks of one unit; unsplit they fill the SMs, but filling 6 an SM takes 4 splits
-    assert choose_config(1, WeightFormat(dtypes.uint3b, 4096, 11008, 128), 132, wgmma=True).weight_stages == 0
+    # 1x4096x11008: 172 blocks of one unit; unsplit they fill the SMs, but filling 6 an SM takes 4 splits, more than
+    # the 3-bit row's two: the short-grid ring row, activations staged (test_grids_short_of_the_sms_take_...)
+    short = choose_config(1, WeightFormat(dtypes.uint3b, 4096, 11008, 128), 132, wgmma=True)
+    assert (short.weight_stages, short.stage_activations, short.split_k) == (3, True, 4)
     for name in ("uint4b", "int5b", "float6_e2m3", "uint7b"):  # 9-16 rows: the ring, activations staged two deep
         wide = choose_config(16, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True)
         assert (wide.weight_stages, wide.stage_activations, wide.stages, wide.split_k, wide.warps) == (3, True, 2, 2, 4)
@@ -511,10 +539,12 @@ def test_table_rows_for_five_and_seven_bit_weights():
     # 86 tiles at 16x4096x11008: the ring with K split in 4 (test_the_hopper_decode_row_splits_grids_smaller_than_the_sms)
     assert choose_config(16, WeightFormat(dtypes.uint4b, 4096, 11008, 128), 132, wgmma=True).split_k == 4
     assert choose_config(1, five, 132).weight_ring == 4 and not choose_config(1, five, 132).weight_stages
-    # 1x11008x4096: 32 or 64 blocks, no TMA ring; K's 86 k-steps split in 8 (unevenly), more than the per-thread
-    # ring's two, so the register row
-    few_channels = choose_config(1, WeightFormat(dtypes.int5b, 11008, 4096, 128), 132, wgmma=True)
+    # 1x11008x4096: 32 or 64 blocks; K's 86 k-steps split in 8 (unevenly), more than the per-thread ring's two, so
+    # the register row, or on sm_90a the short-grid ring row
+    few_channels = choose_config(1, WeightFormat(dtypes.int5b, 11008, 4096, 128), 132)
     assert (few_channels.weight_stages, few_channels.weight_ring, few_channels.split_k) == (0, 0, 8)
+    few_channels = choose_config(1, WeightFormat(dtypes.int5b, 11008, 4096, 128), 132, wgmma=True)
+    assert (few_channels.weight_stages, few_channels.units_per_warp, few_channels.split_k) == (3, 1, 8)
     for narrow in (dtypes.uint2b, dtypes.int3b):  # 9-16 rows: activations staged two k-steps deep
         assert choose_config(16, WeightFormat(narrow, 8192, 28672, 128), 132, wgmma=True).stages == 2
     assert choose_config(16, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132).stages == 3

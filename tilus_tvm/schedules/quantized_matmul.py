@@ -705,12 +705,30 @@ CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, wei
            (16, None, Config(block_m=16, prefetch=1, stage_activations=True, stages=3), 2, None),
            (48, None, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True), 2, None),
            (None, None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True), 2, None))
+# Up to 8 rows, where the rows above leave a grid short of the SMs that needs more splits than they allow (N of
+# 4096-8192; 3-, 7- and 8-bit weights also at N of 10240-12288): one unit a warp, staged activations and the released
+# TMA ring of weights (the 7-8-bit row's tile), K split until there are 4 blocks an SM (3 for 6-8-bit weights: 8
+# splits of 28672 lost to 4 for them, 1x28672x8192 uint7 75.4 us at 4 against 96.1 at 8, uint8 87.0 against 98.4,
+# while u4 took 48.1 at 8 against 50.9 at 4). H100, A/B in one process, two runs each, every output column checked, 1
+# and 8 rows alike unless said: 1x28672x8192 int5 76.3-76.8 -> 58.6-58.7 us (8 rows 82.8-84.1 -> 58.8-59.2), fp4 e2m1
+# 50.7-51.0 -> 48.3-48.4, u4 48.4-48.6 -> 48.0 (8 rows 50.9-51.2 -> 48.7-49.0), u3 42.6-42.9 -> 42.6 (8 rows 48.7-48.8
+# -> 42.7-42.9); at 4 splits (a second call, one run) uint7 77.0-77.2 -> 75.4, uint8 87.4-87.5 -> 87.0, fp8 e4m3 88.0
+# -> 85.5, uint6 67.4 -> 66.6, fp6 e2m3 70.3-70.4 -> 67.0 (8 rows, in one process: uint7 78.1 -> 75.9, uint8 90.4 ->
+# 87.4, fp8 90.6 -> 87.2); 1x11008x4096 u4 17.5-17.6 -> 15.9 (8 rows 21.6-21.7 -> 16.1), u3 17.2 -> 15.4, int5
+# 19.3-19.4 -> 17.6-17.7, uint6 20.6 -> 19.0-19.1, uint7 22.5-22.6 -> 21.0-21.1, uint8 23.7-23.8 -> 22.4-22.5, fp8
+# 23.9-24.0 -> 22.6, fp6 e2m3 21.6-21.7 -> 19.4, fp4 17.9 -> 15.8; 1x8192x10240 u3 22.4-22.5 -> 20.5-20.6 (8 rows
+# 26.2-26.5 -> 20.6), uint7 33.5-33.6 -> 31.7, uint8 35.9-36.0 -> 34.7-34.9, fp8 36.3 -> 34.6-34.8; 1x4096x11008 u3
+# 14.9-15.1 -> 14.7-15.0 (8 rows 17.2-17.4 -> 15.1-15.2), uint7 21.5 -> 21.0-21.2, uint8 22.6-22.7 -> 22.6, fp8
+# 22.8-23.0 -> 22.4.
+_SHORT_GRID_RING = Config(units_per_warp=1, block_m=8, prefetch=2, stage_activations=True, stages=3, weight_stages=3,
+                          release_barriers=True, fixed_slots=True)
 HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
                                         fixed_slots=True), 2, 4),
-                  (8, (7, 8), Config(units_per_warp=1, block_m=8, prefetch=2, stage_activations=True, stages=3,
-                                     weight_stages=3, release_barriers=True, fixed_slots=True), 6, 2),
+                  (8, (7, 8), _SHORT_GRID_RING, 6, 2),
                   (8, (3,), Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
                                    fixed_slots=True), 6, 2),
+                  (8, (3, 4, 5), _SHORT_GRID_RING, 4, 8),
+                  (8, (6, 7, 8), _SHORT_GRID_RING, 3, 8),
                   (16, (4, 5, 6), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
                                          release_barriers=True, fixed_slots=True, min_blocks=4), 2, 4),
                   (16, (7,), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
@@ -740,7 +758,8 @@ WGMMA_SMALL = Config(warps=4, units_per_warp=2, block_m=64, stage_activations=Tr
 def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
     (``wgmma``: an sm_90a GPU, whose rows of ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
-    unsplit): the table's for the batch; K is split (``split_k``, doubling) while the grid has
+    unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM): the table's
+    for the batch; K is split (``split_k``, doubling) while the grid has
     fewer blocks per SM than the table's row asks (two, or six for the ring row's small blocks) and every
     split keeps at least 8 k-steps, evenly or not (not with wgmma, whose rows were measured unsplit); a row
     that would need more splits than it allows (the ring row: two) leaves the batch to the next. Uneven
@@ -769,9 +788,9 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             continue
         wanted = per_sm * multiprocessors
         splits = _splits(blocks, wanted, fmt.k // fmt.kt)
-        if row < len(hopper) and blocks < multiprocessors and (max_split < 4 or blocks * splits < wanted):
-            # (a Hopper row serves grids that fill the SMs unsplit; the 4-6-bit rows, which may split K in 4, also
-            # smaller ones that their splits fill, as measured)
+        if row < len(hopper) and blocks < multiprocessors and (max_split < 4 or blocks * splits < 2 * multiprocessors):
+            # (a Hopper row serves grids that fill the SMs unsplit; the rows that may split K in 4 or 8 also smaller
+            # ones that their splits give two blocks an SM, as measured)
             continue
         if blocks * splits < wanted and config.units_per_warp >= 2 * fmt.units and max_split is None:
             # still short of the row's blocks per SM at the most splits K allows (a 7B model's down projection,

@@ -239,6 +239,21 @@ def test_grids_short_of_the_sms_take_the_short_grid_ring():
     assert choose_config(1, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True).units_per_warp == 2
 
 
+def test_the_short_grid_ring_builds_for_every_group_and_width():
+    """The short-grid ring row's kernel builds (TMA ring, staged activations, K split in 8) for formats whose k-steps
+    span several groups, with zero points and bfloat16, and ptxas takes it (on a GPU of 16 SMs a 512-channel grid
+    of 8 blocks is short of them)."""
+    for name, group, dtype in (("int3b", 32, torch.bfloat16), ("float6_e3m2", 64, torch.bfloat16),
+                               ("float8_e5m2", 128, torch.float16), ("uint4b", 32, torch.bfloat16)):
+        fmt = WeightFormat(dtypes.as_dtype(name), 8192, 512, group)
+        config = choose_config(1, fmt, 16, wgmma=True)
+        assert (config.weight_stages, config.stage_activations, config.units_per_warp, config.split_k) == (3, True, 1, 8)
+        _, compiled = compile_kernel(fmt, 1, config, zero_points=True, target="sm_90a", dtype=dtype)
+        assert "cp.async.bulk.tensor" in compiled.cuda_source, name
+        if name == "int3b":
+            assert "cp.async.bulk.tensor" in ptx(compiled, "sm_90a")
+
+
 def test_a_grid_short_at_its_most_splits_takes_narrower_blocks():
     """1x11008x4096 (a 7B model's down projection): 32 blocks of 128 channels, split in 8 (86 k-steps, each split
     keeping 8 or more), are 256 blocks, short of two an SM on 132 SMs, so the blocks take one unit a warp: 64

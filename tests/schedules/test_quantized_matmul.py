@@ -247,7 +247,8 @@ def test_the_short_grid_ring_builds_for_every_group_and_width():
                                ("float8_e5m2", 128, torch.float16), ("uint4b", 32, torch.bfloat16)):
         fmt = WeightFormat(dtypes.as_dtype(name), 8192, 512, group)
         config = choose_config(1, fmt, 16, wgmma=True)
-        assert (config.weight_stages, config.stage_activations, config.units_per_warp, config.split_k) == (3, True, 1, 8)
+        chosen = (config.weight_stages, config.stage_activations, config.units_per_warp, config.split_k)
+        assert chosen == (3, True, 1, 8), (name, group)
         _, compiled = compile_kernel(fmt, 1, config, zero_points=True, target="sm_90a", dtype=dtype)
         assert "cp.async.bulk.tensor" in compiled.cuda_source, name
         if name == "int3b":

@@ -178,16 +178,23 @@ def test_groups_smaller_than_a_k_step(name, group, m, zero_points, dtype):
     check(name, m, 1024, 200, group, zero_points=zero_points, dtype=dtype)
 
 
+def hopper_row(rows, widths):
+    """The configuration of the sm_90a table's row for these batches and weight widths."""
+    return next(config for limit, served, config, _, _ in HOPPER_CONFIGS if (limit, served) == (rows, widths))
+
+
 @pytest.mark.parametrize("name,m,k,n,group,zero_points,row", [
-    ("uint3b", 1, 1536, 264, 64, False, 2), ("int3b", 5, 1024, 200, 64, True, 2),  # stages of 1536 bytes
-    ("int5b", 1, 1024, 520, 32, False, 0), ("uint5b", 12, 1024, 264, 32, True, 3),  # 2560
-    ("uint7b", 8, 1536, 320, 64, False, 1), ("uint7b", 16, 1024, 300, 32, True, 3)])  # 3584
+    ("uint3b", 1, 1536, 264, 64, False, (8, (3,))), ("int3b", 5, 1024, 200, 64, True, (8, (3,))),  # 1536-byte stages
+    ("int5b", 1, 1024, 520, 32, False, (8, (4, 5, 6))), ("uint5b", 12, 1024, 264, 32, True, (16, (4, 5, 6))),  # 2560
+    ("uint7b", 8, 1536, 320, 64, False, (8, (7, 8))), ("uint7b", 16, 1024, 300, 32, True, (16, (7,))),  # 3584
+    ("int3b", 4, 1024, 200, 32, True, (8, (3, 4, 5))),  # the short-grid ring rows
+    ("float6_e3m2", 8, 1536, 264, 64, False, (8, (6, 7, 8)))])
 def test_unswizzled_weight_ring(name, m, k, n, group, zero_points, row):
     """The sm_90a table's TMA weight-ring rows for formats whose k-step of a block's weights is not a multiple of
     1024 bytes (the ring's stages are unswizzled, 128-byte aligned), split in two, against torch, twice."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the sm_90a rows")
-    config = replace(HOPPER_CONFIGS[row][2], split_k=2)
+    config = replace(hopper_row(*row), split_k=2)
     for seed in (0, 1):
         check(name, m, k, n, group, zero_points=zero_points, seed=seed, config=config)
 

@@ -722,6 +722,9 @@ CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, wei
 # 22.8-23.0 -> 22.4.
 _SHORT_GRID_RING = Config(units_per_warp=1, block_m=8, prefetch=2, stage_activations=True, stages=3, weight_stages=3,
                           release_barriers=True, fixed_slots=True)
+# the 9-16-row ring tile (its two rows differ in the splits they allow)
+_SIXTEEN_ROW_RING = Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
+                           release_barriers=True, fixed_slots=True, min_blocks=4)
 HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
                                         fixed_slots=True), 2, 4),
                   (8, (7, 8), _SHORT_GRID_RING, 6, 2),
@@ -729,10 +732,8 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2,
                                    fixed_slots=True), 6, 2),
                   (8, (3, 4, 5), _SHORT_GRID_RING, 4, 8),
                   (8, (6, 7, 8), _SHORT_GRID_RING, 3, 8),
-                  (16, (4, 5, 6), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
-                                         release_barriers=True, fixed_slots=True, min_blocks=4), 2, 4),
-                  (16, (7,), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
-                                    release_barriers=True, fixed_slots=True, min_blocks=4), 2, 2))
+                  (16, (4, 5, 6), _SIXTEEN_ROW_RING, 2, 4),
+                  (16, (7,), _SIXTEEN_ROW_RING, 2, 2))
 _KERNELS: dict = {}
 
 

@@ -157,13 +157,24 @@ def config_text(config: Config) -> str:
             + (" +SplitKSum" if config.split_k > 1 and config.split_reduce == "kernel" else ""))
 
 
+def parse_shapes(text: str) -> list:
+    """"1x8192x28672,16x4096x11008" -> [(1, 8192, 28672), (16, 4096, 11008)]."""
+    return [tuple(int(v) for v in shape.split("x")) for shape in text.split(",")]
+
+
+def table_config(m: int, fmt) -> Config:
+    """The configuration quantized_matmul picks for m rows of this weight format on this GPU, its split-K partial
+    sums added as --split-reduce says."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return replace(choose_config(m, fmt, sms, wgmma=HOPPER), split_reduce=SPLIT_REDUCE)
+
+
 def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     """(microseconds, bytes moved, config) of quantized_matmul for a batch of m rows, checked first.
     ``tune``: the configuration tuned for the shape (QuantizedMatmul's space, tuned at the first call)."""
     a = torch.randn(m, w.packed.k, device="cuda").half()
     out = torch.empty(m, w.packed.n, dtype=torch.float16, device="cuda")
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    chosen = config or replace(choose_config(m, w.packed.format, sms, wgmma=HOPPER), split_reduce=SPLIT_REDUCE)
+    chosen = config or table_config(m, w.packed.format)
     if config is None and WEIGHT_STAGES and not chosen.warpgroup_mma:
         chosen = replace(chosen, weight_stages=WEIGHT_STAGES, weight_ring=0)
     if config is None and NO_TMA_ACTIVATIONS and chosen.warpgroup_mma:
@@ -246,8 +257,7 @@ def alternate(shapes, types, rounds: int):
         for name in types:
             weights = Weights(name, k, n)
             out = torch.empty(m, n, dtype=torch.float16, device="cuda")
-            config = replace(choose_config(m, weights.packed.format, torch.cuda.get_device_properties(0)
-                                           .multi_processor_count, wgmma=HOPPER), split_reduce=SPLIT_REDUCE)
+            config = table_config(m, weights.packed.format)
             call = (lambda w=weights, o=out, c=config: quantized_matmul(a, w.packed, w.scales, out=o, config=c))
             call()
             weights.check(a, out)
@@ -278,9 +288,7 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
     1 or 2 units, K split in two) or, on Hopper, a TMA ring."""
     w = Weights(weight_type, k, n)
     results = []
-    table = choose_config(m, w.packed.format, torch.cuda.get_device_properties(0).multi_processor_count,
-                          wgmma=HOPPER)
-    table = replace(table, split_reduce=SPLIT_REDUCE)
+    table = table_config(m, w.packed.format)
     candidates = [replace(table, warps=warps, units_per_warp=units, split_k=split)
                   for warps in (1, 2, 4, 8) for units in (1, 2, 4) for split in (1, 2, 4)
                   if units % w.packed.format.units == 0]
@@ -350,20 +358,17 @@ def main():
     print("# goals: u4 g128 1x8192x28672 <= 46 us; every width 2-8 bits >= 80% of its floor; batch 64-256 >= "
           "torch.matmul f16 (vs torch >= 1.00x)")
     if args.alternate:
-        shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes \
-            else PREFILL
-        alternate(shapes, (args.types or "uint4b,float8_e4m3").split(","), args.alternate)
+        alternate(parse_shapes(args.shapes) if args.shapes else PREFILL, (args.types or "uint4b,float8_e4m3").split(","),
+                  args.alternate)
         return
     if args.configs:
-        weights = [tuple(int(v) for v in shape.split("x"))[1:] for shape in args.shapes.split(",")] if args.shapes \
-            else [(8192, 28672)]
+        weights = [shape[1:] for shape in parse_shapes(args.shapes)] if args.shapes else [(8192, 28672)]
         for weight_type in (args.types or "uint4b").split(","):
             for k, n in weights:
                 for m in args.configs.split(","):
                     sweep(bandwidth, m=int(m), k=k, n=n, weight_type=weight_type)
         return
-    shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes else \
-        QUICK if args.quick else DECODE + PREFILL
+    shapes = parse_shapes(args.shapes) if args.shapes else QUICK if args.quick else DECODE + PREFILL
     run_table(shapes, (args.types or ",".join(TYPES)).split(","), bandwidth,
               args.tuned)
 

@@ -483,6 +483,28 @@ def test_wgmma_rows_of_the_table():
     assert choose_config(128, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True).warps == 8
 
 
+def tile_of(config):
+    return config.warps, config.units_per_warp, config.block_m
+
+
+@pytest.mark.parametrize("m,k,n,name,tile", [
+    (192, 4096, 11008, "uint4b", (4, 2, 64)),  # 86 blocks of 128 rows x 256 channels; 258 of 64 x 128: one wave
+    (160, 8192, 10240, "uint2b", (4, 2, 64)),
+    (320, 4096, 11008, "uint4b", (8, 2, 128)),  # 64-row tiles: 430 blocks, more than a wave
+    (192, 8192, 28672, "float8_e4m3", (8, 2, 128)),  # 224 blocks: the SMs are full
+    (256, 4096, 11008, "float8_e4m3", (4, 2, 128)),  # fp8: a warpgroup of 128 channels, 172 blocks
+    (128, 8192, 28672, "float8_e5m2", (4, 2, 128)),
+    (128, 8192, 28672, "uint8", (8, 2, 128)),  # (uint8 lost with it)
+    (256, 4096, 11008, "uint4b", (8, 2, 128)),  # narrower weights keep the 256-channel tile
+    (256, 4096, 11008, "uint3b", (8, 2, 128)),
+    (128, 4096, 11008, "float8_e4m3", (4, 2, 64)),  # 43 blocks, under half the SMs: 64-row tiles, as before
+    (64, 4096, 11008, "float8_e4m3", (8, 1, 64))])  # the 64-row row is left as it is
+def test_wgmma_tiles_where_the_grid_is_short_of_the_sms(m, k, n, name, tile):
+    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 132, wgmma=True)
+    assert config.warpgroup_mma and config.split_k == 1
+    assert tile_of(config) == tile
+
+
 @pytest.mark.parametrize("name,group", [("uint4b", 128), ("float8_e4m3", None), ("int3b", 32)])
 def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
     fmt = WeightFormat(dtypes.as_dtype(name), 1024, 512, group or 1024)

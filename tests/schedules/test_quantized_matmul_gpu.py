@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tilus_tvm import dtypes, lowp
-from tilus_tvm.schedules.quantized_matmul import HOPPER_CONFIGS, Config, pack_weight, quantized_matmul
+from tilus_tvm.schedules.quantized_matmul import (HOPPER_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL, Config, WeightFormat,
+                                                  choose_config, pack_weight, quantized_matmul)
 from tilus_tvm.schedules.quantized_weight import dequantize
 
 pytestmark = pytest.mark.gpu
@@ -216,6 +217,21 @@ def test_uneven_k_splits(name, m, k, group, split, overrides):
     config = Config(**{"block_m": 8 if m <= 8 else 16, "split_k": split, **overrides})
     for seed in (0, 1):
         check(name, m, k, 264, group, seed=seed, config=config)
+
+
+@pytest.mark.parametrize("name,m,k,group,zero_points,dtype,tile", [
+    ("uint4b", 192, 512, 128, True, torch.bfloat16, WGMMA_SMALL),  # 128-row tiles: 86 blocks; 64-row: 258
+    ("int5b", 160, 384, 32, False, torch.float16, WGMMA_SMALL),
+    ("float8_e4m3", 256, 512, 64, False, torch.bfloat16, WGMMA_MEDIUM),  # fp8: one warpgroup of 128 channels
+    ("float8_e5m2", 200, 384, 128, False, torch.float16, WGMMA_MEDIUM)])
+def test_wgmma_tiles_of_grids_short_of_the_sms(name, m, k, group, zero_points, dtype, tile):
+    """The tiles the sm_90a table takes from 65 rows where its 256-channel tiles leave SMs idle (11008 channels),
+    as choose_config picks them for 132 SMs, against torch on every output."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90a")
+    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, 11008, group), 132, wgmma=True)
+    assert (config.warps, config.block_m) == (tile.warps, tile.block_m)
+    check(name, m, k, 11008, group, zero_points=zero_points, dtype=dtype, config=config)
 
 
 @pytest.mark.parametrize("name,m,tma", [("uint4b", 200, False), ("int3b", 130, None), ("float8_e4m3", 64, False)])

@@ -754,11 +754,33 @@ WGMMA_MIN_ROWS = 49
 # 128 rows: 43 blocks), one warpgroup of 128 channels and 64 rows (128 x 4096 x 11008: 69.2 -> 50.8 us)
 WGMMA_SMALL = Config(warps=4, units_per_warp=2, block_m=64, stage_activations=True, stages=4, scale_weights=True,
                      warpgroup_mma=True)
+# ... and from 65 rows, where the 256-channel tiles leave some SMs without a block (at least half have one):
+# - those small tiles again, where their grid is at most two blocks an SM (one wave: two fit an SM), which a batch
+#   whose last 128-row tile would be half padding gives (192 x 4096 x 11008: 86 blocks of 128 rows, 258 of 64). H100,
+#   A/B in one process, best of three: 192 x 4096 x 11008 u4 55.8 -> 39.6 us, fp8 e4m3 67.6 -> 47.5; 192 x 8192 x
+#   10240 u4 101.4 -> 76.0. Where they would take more than a wave, they lost: 320 x 4096 x 11008 u4 60.8 -> 77.1,
+#   192 x 8192 x 28672 fp8 225.5 -> 241.7, 160 x 8192 x 28672 fp8 224.2 -> 241.0;
+#   (a second run: 160 x 4096 x 11008 u4 56.0 -> 39.7, u3 55.2 -> 39.3; 192 x 4096 x 11008 u2 56.5 -> 40.6, int5b
+#   56.0 -> 44.3; 192 x 8192 x 10240 fp8 e4m3 117.7 -> 85.1; 160 x 8192 x 10240 uint7b 111.9 -> 89.2);
+# - else, for fp8 weights (converted by cvt), one warpgroup of 128 channels and 128 rows (twice the blocks, two an
+#   SM): fp8 e4m3 128 x 8192 x 28672 140.2 -> 123.5 us, 256 x 4096 x 11008 67.8 -> 57.6, 256 x 5120 x 13824 85.7 ->
+#   74.8, 384 x 4096 x 11008 68.9 -> 64.8, 320 x 4096 x 11008 70.0 -> 64.9 (a second run: 96 x 8192 x 28672 133.3 ->
+#   120.5, 224 x 4096 x 11008 67.9 -> 57.4, 384 x 28672 x 8192 348.4 -> 348.0; fp8 e5m2 256 x 4096 x 11008
+#   67.7 -> 57.3, 128 x 8192 x 28672 138.7 -> 121.9). The other types keep the
+#   256-channel tile: uint8 lost (96 x 8192 x 28672 127.9 -> 137.7, 256 x 8192 x 10240 110.3 -> 127.9, 512 x 28672
+#   x 8192 374.6 -> 430.1), u4 gained 0-3% (256 x 4096 x 11008 56.1 -> 55.2), int5b/uint6b/fp6 e3m2/fp4 e2m1 within
+#   1.5%, uint7b 128 x 8192 x 28672 137.0 -> 130.9 but 256 x 4096 x 11008 61.3 -> 61.7, u3 and u2 lost 5-14% (u3
+#   256 x 4096 x 11008 56.6 -> 65.4).
+WGMMA_MEDIUM_TYPES = ("float8_e4m3", "float8_e5m2")
+WGMMA_MEDIUM = Config(warps=4, units_per_warp=2, block_m=128, stage_activations=True, stages=3, scale_weights=True,
+                      warpgroup_mma=True)
 
 
 def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
-    (``wgmma``: an sm_90a GPU, whose rows of ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
+    (``wgmma``: an sm_90a GPU, which from ``WGMMA_MIN_ROWS`` rows takes the ``WGMMA_CONFIGS`` tiles, or where their
+    grid leaves SMs without a block ``WGMMA_SMALL`` / ``WGMMA_MEDIUM`` (see there); below that, its rows of
+    ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
     unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM): the table's
     for the batch; K is split (``split_k``, doubling) while the grid has
     fewer blocks per SM than the table's row asks (two, or six for the ring row's small blocks) and every
@@ -774,8 +796,14 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     if wgmma and m >= WGMMA_MIN_ROWS:
         config = next(c for limit, c in WGMMA_CONFIGS if limit is None or m <= limit)
         units = max(config.units_per_warp, fmt.units) // fmt.units * fmt.units
-        if -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16)) < multiprocessors // 2:
-            config, units = WGMMA_SMALL, max(WGMMA_SMALL.units_per_warp, fmt.units)
+        blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16))
+        small_units = max(WGMMA_SMALL.units_per_warp, fmt.units)
+        small_blocks = -(-m // WGMMA_SMALL.block_m) * -(-fmt.n // (WGMMA_SMALL.warps * small_units * 16))
+        if blocks < multiprocessors // 2 or (config.block_m > 64 and blocks < multiprocessors
+                                             and small_blocks <= 2 * multiprocessors):
+            return replace(WGMMA_SMALL, units_per_warp=small_units)
+        if config.block_m > 64 and blocks < multiprocessors and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
+            return replace(WGMMA_MEDIUM, units_per_warp=max(WGMMA_MEDIUM.units_per_warp, fmt.units))
         return replace(config, units_per_warp=units)
     hopper = HOPPER_CONFIGS if wgmma else ()
     for row, (limit, widths, config, per_sm, max_split) in enumerate(hopper + CONFIGS):

@@ -463,6 +463,12 @@ def test_bad_input_is_refused_before_launch():
         QuantizedMatmul(fmt, units_per_warp=2, prefetch=5)
     with pytest.raises(ScriptError, match=r"min_blocks=33 must be in \[0, 32\]"):
         QuantizedMatmul(fmt, units_per_warp=2, min_blocks=33)
+    with pytest.raises(ScriptError, match="units_per_warp=2 and block_m=256 give each thread 256 float32 "
+                                          "accumulators, more than the 255 registers"):
+        QuantizedMatmul(fmt, units_per_warp=2, block_m=256, stage_activations=True, scale_weights=True,
+                        warpgroup_mma=True)
+    QuantizedMatmul(fmt, units_per_warp=2, block_m=248, stage_activations=True, scale_weights=True,
+                    warpgroup_mma=True)  # 248 a thread
     with pytest.raises(LaunchError, match="config must be a tilus_tvm.schedules.quantized_matmul.Config"):
         quantized_matmul(a, packed, scales, config=(4, 2, 8))
 

@@ -205,6 +205,13 @@ class QuantizedMatmul(tilus.Script):
                               f"32-bit words)")
         if block_m < 8 or block_m % 8:
             raise ScriptError(f"QuantizedMatmul: block_m={block_m} must be a positive multiple of 8 (the mma's n)")
+        accumulators = units_per_warp * 16 * block_m // 32  # float32 a thread: a warp's channels x rows, 32 lanes
+        if accumulators > 255:
+            # (on the H100, 4 warps of 2 units at 256 rows, 256 a thread, took 934 us at 256 x 4096 x 11008
+            # against 55 us for 128 rows: every k-step through local memory)
+            raise ScriptError(f"QuantizedMatmul: units_per_warp={units_per_warp} and block_m={block_m} give each "
+                              f"thread {accumulators} float32 accumulators, more than the 255 registers a thread "
+                              f"has: take fewer units a warp or rows a block")
         if not 1 <= warps <= 16:
             raise ScriptError(f"QuantizedMatmul: warps={warps} must be in [1, 16]")
         if stage_activations and stages < 2:

@@ -802,22 +802,21 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     25.4-25.6, fp6 e3m2 21.7-21.9 -> 21.0-21.1; 32 rows u4 35.2-35.3 -> 30.1-30.3; 16 rows alike (20.8-21.0)."""
     if wgmma and m >= WGMMA_MIN_ROWS:
         config = next(c for limit, c in WGMMA_CONFIGS if limit is None or m <= limit)
-        units = max(config.units_per_warp, fmt.units) // fmt.units * fmt.units
-        blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * units * 16))
-        small_units = max(WGMMA_SMALL.units_per_warp, fmt.units)
-        small_blocks = -(-m // WGMMA_SMALL.block_m) * -(-fmt.n // (WGMMA_SMALL.warps * small_units * 16))
-        if blocks < multiprocessors // 2 or (config.block_m > 64 and blocks < multiprocessors
-                                             and small_blocks <= 2 * multiprocessors):
-            return replace(WGMMA_SMALL, units_per_warp=small_units)
-        if config.block_m > 64 and blocks < multiprocessors and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
+        config = replace(config, units_per_warp=max(config.units_per_warp, fmt.units) // fmt.units * fmt.units)
+        small = replace(WGMMA_SMALL, units_per_warp=max(WGMMA_SMALL.units_per_warp, fmt.units))
+        blocks = _grid_blocks(m, fmt, config)
+        short = config.block_m > 64 and blocks < multiprocessors  # (from 65 rows: SMs left without a block)
+        if blocks < multiprocessors // 2 or (short and _grid_blocks(m, fmt, small) <= 2 * multiprocessors):
+            return small
+        if short and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
             return replace(WGMMA_MEDIUM, units_per_warp=max(WGMMA_MEDIUM.units_per_warp, fmt.units))
-        return replace(config, units_per_warp=units)
+        return config
     hopper = HOPPER_CONFIGS if wgmma else ()
     for row, (limit, widths, config, per_sm, max_split) in enumerate(hopper + CONFIGS):
         if not ((limit is None or m <= limit) and (widths is None or fmt.dtype.nbits in widths)
                 and config.units_per_warp % fmt.units == 0):
             continue
-        blocks = -(-m // config.block_m) * -(-fmt.n // (config.warps * config.units_per_warp * 16))
+        blocks = _grid_blocks(m, fmt, config)
         if row < len(hopper) and m <= max((r[0] for r in hopper if r[0] < limit), default=0):
             # (a Hopper row serves the batches above the smaller Hopper rows' only: the 9-16-row rows were not
             # measured below)
@@ -837,6 +836,11 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         if max_split is None or splits <= max_split:
             return replace(config, split_k=splits)
     raise AssertionError("the last row of CONFIGS serves every batch")
+
+
+def _grid_blocks(m: int, fmt: WeightFormat, config: Config) -> int:
+    """The blocks of ``config``'s tile over ``m`` rows and ``fmt.n`` channels (before K is split)."""
+    return -(-m // config.block_m) * -(-fmt.n // (config.warps * config.units_per_warp * 16))
 
 
 def _splits(blocks: int, wanted: int, steps: int) -> int:

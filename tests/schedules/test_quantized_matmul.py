@@ -489,10 +489,6 @@ def test_wgmma_rows_of_the_table():
     assert choose_config(128, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True).warps == 8
 
 
-def tile_of(config):
-    return config.warps, config.units_per_warp, config.block_m
-
-
 @pytest.mark.parametrize("m,k,n,name,tile", [
     (192, 4096, 11008, "uint4b", (4, 2, 64)),  # 86 blocks of 128 rows x 256 channels; 258 of 64 x 128: one wave
     (160, 8192, 10240, "uint2b", (4, 2, 64)),
@@ -508,7 +504,7 @@ def tile_of(config):
 def test_wgmma_tiles_where_the_grid_is_short_of_the_sms(m, k, n, name, tile):
     config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 132, wgmma=True)
     assert config.warpgroup_mma and config.split_k == 1
-    assert tile_of(config) == tile
+    assert (config.warps, config.units_per_warp, config.block_m) == tile
 
 
 @pytest.mark.parametrize("name,group", [("uint4b", 128), ("float8_e4m3", None), ("int3b", 32)])

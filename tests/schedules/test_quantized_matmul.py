@@ -507,6 +507,21 @@ def test_wgmma_tiles_where_the_grid_is_short_of_the_sms(m, k, n, name, tile):
     assert (config.warps, config.units_per_warp, config.block_m) == tile
 
 
+@pytest.mark.parametrize("m,k,n,name,tile,split", [
+    (64, 8192, 10240, "uint4b", (8, 1, 64), 3),  # 80 blocks: 3 splits are one wave of two blocks an SM
+    (49, 8192, 10240, "float8_e4m3", (8, 1, 64), 3),
+    (64, 28672, 8192, "uint8", (4, 2, 64), 4),  # 64 blocks of the small tile: 4 splits of 56 k-steps
+    (64, 4096, 11008, "uint4b", (8, 1, 64), 1),  # 32 k-steps: a split would keep fewer than 20
+    (64, 8192, 28672, "uint4b", (8, 1, 64), 1),  # 224 blocks: the SMs are full
+    (65, 8192, 10240, "uint4b", (4, 2, 64), 1),  # beyond 64 rows tiles stay unsplit
+    (128, 28672, 8192, "uint4b", (4, 2, 64), 1)])
+def test_wgmma_splits_where_the_grid_is_short_of_the_sms(m, k, n, name, tile, split):
+    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 132, wgmma=True)
+    assert config.warpgroup_mma and (config.warps, config.units_per_warp, config.block_m) == tile
+    assert config.split_k == split
+    assert choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 16, wgmma=True).split_k == 1  # grid fills
+
+
 @pytest.mark.parametrize("name,group", [("uint4b", 128), ("float8_e4m3", None), ("int3b", 32)])
 def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
     fmt = WeightFormat(dtypes.as_dtype(name), 1024, 512, group or 1024)

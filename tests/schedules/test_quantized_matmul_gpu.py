@@ -255,3 +255,16 @@ def test_weights_through_a_per_thread_cp_async_ring(name, m, k, n, group, split,
                     stage_activations=staged, stages=ring if staged else 2)
     for seed in (0, 1):
         check(name, m, k, n, group, seed=seed, config=config)
+
+
+@pytest.mark.parametrize("name,m,group,zero_points,dtype", [
+    ("uint4b", 64, 128, False, torch.float16), ("float8_e4m3", 50, 128, False, torch.bfloat16),
+    ("int3b", 57, 32, True, torch.float16)])
+def test_wgmma_rows_split_where_the_grid_is_short_of_the_sms(name, m, group, zero_points, dtype):
+    """Up to 64 rows on sm_90a a grid short of the SMs splits K (1024 channels: 8 blocks, 64 k-steps split in 3,
+    unevenly), as choose_config picks it for 132 SMs, against torch on every output."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90a")
+    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), 8192, 1024, group), 132, wgmma=True)
+    assert config.warpgroup_mma and config.split_k == 3
+    check(name, m, 8192, 1024, group, zero_points=zero_points, dtype=dtype, config=config)

@@ -781,6 +781,20 @@ WGMMA_SMALL = Config(warps=4, units_per_warp=2, block_m=64, stage_activations=Tr
 WGMMA_MEDIUM_TYPES = ("float8_e4m3", "float8_e5m2")
 WGMMA_MEDIUM = Config(warps=4, units_per_warp=2, block_m=128, stage_activations=True, stages=3, scale_weights=True,
                       warpgroup_mma=True)
+# Up to 64 rows, where the 64-row tile (or WGMMA_SMALL) leaves SMs without a block, K is split: as many splits as keep
+# the grid within one wave of two blocks an SM (two fit), each split keeping at least WGMMA_SPLIT_MIN_STEPS k-steps
+# (uneven splits, added up by the last split to arrive). H100, in one process, best of three, every output column
+# checked: 64 x 8192 x 10240 (80 blocks, split in 3) u4 51.2 -> 40.6 us, int4 60.7 -> 40.7, u3 61.3 -> 41.0, uint7
+# 64.8 -> 46.5, uint8 60.9 -> 48.6, fp8 e4m3 60.5 -> 50.4 (torch.matmul on float16 weights 61.7-62.4; in 2 splits
+# 52.3-60.8, in 4 (two waves) 56.1-63.2); 56 x 8192 x 10240 u4 51.2 -> 38.3, u3 61.3 -> 38.3, uint8 61.8 -> 45.3,
+# fp8 60.3 -> 46.2; 64 x 28672 x 8192 (64 blocks, split in 4) u4 180.7 -> 85.0, u3 181.6 -> 82.2, uint8 271.4 ->
+# 107.9, fp8 234.1 -> 113.0 (torch 161.5; in 3: 93.9-112.4, in 2: 108.0-138.1). Where K is 32 k-steps (64 x 4096 x
+# 11008, 86 blocks) splits did not pay: in 3 u4 28.4 -> 29.2, int4 34.7 -> 29.4, uint8 34.0 -> 37.6, fp8 33.6 -> 37.0;
+# in 2 every type slower (u4 33.2). Not measured: 2-, 5- and 6-bit and small-float weights split so, and 64 x 11008 x
+# 4096 (32 blocks, split in 4). Larger batches keep their tiles unsplit (one block of 128 rows fits an SM; the splits
+# of WGMMA_SMALL beyond 64 rows were not measured).
+WGMMA_SPLIT_MAX_ROWS = 64
+WGMMA_SPLIT_MIN_STEPS = 20
 
 
 def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
@@ -791,7 +805,7 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM): the table's
     for the batch; K is split (``split_k``, doubling) while the grid has
     fewer blocks per SM than the table's row asks (two, or six for the ring row's small blocks) and every
-    split keeps at least 8 k-steps, evenly or not (not with wgmma, whose rows were measured unsplit); a row
+    split keeps at least 8 k-steps, evenly or not (with wgmma, only up to ``WGMMA_SPLIT_MAX_ROWS`` rows, see there); a row
     that would need more splits than it allows (the ring row: two) leaves the batch to the next. Uneven
     splits (a 7B model's K of 11008 is 86 k-steps of 128, split in 8) took 1x11008x4096 on the H100 from
     29.4 to 19.0 us for u4 (uint8 42.3 -> 27.1, u2 31.4 -> 17.2), 16 rows 34.7 -> 21.0, 32 rows 43.6 -> 35.2,
@@ -807,9 +821,13 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         blocks = _grid_blocks(m, fmt, config)
         short = config.block_m > 64 and blocks < multiprocessors  # (from 65 rows: SMs left without a block)
         if blocks < multiprocessors // 2 or (short and _grid_blocks(m, fmt, small) <= 2 * multiprocessors):
-            return small
-        if short and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
+            config = small
+        elif short and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
             return replace(WGMMA_MEDIUM, units_per_warp=max(WGMMA_MEDIUM.units_per_warp, fmt.units))
+        blocks = _grid_blocks(m, fmt, config)
+        if m <= WGMMA_SPLIT_MAX_ROWS and blocks < multiprocessors:  # one wave of two blocks an SM (see above)
+            splits = min(2 * multiprocessors // blocks, fmt.k // fmt.kt // WGMMA_SPLIT_MIN_STEPS)
+            config = replace(config, split_k=max(splits, 1))
         return config
     hopper = HOPPER_CONFIGS if wgmma else ()
     for row, (limit, widths, config, per_sm, max_split) in enumerate(hopper + CONFIGS):

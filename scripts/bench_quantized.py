@@ -41,7 +41,8 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tilus_tvm import dtypes, lowp  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
-from tilus_tvm.schedules.quantized_matmul import Config, choose_config, pack_weight, quantized_matmul  # noqa: E402
+from tilus_tvm.schedules.quantized_matmul import (WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL, Config,  # noqa: E402
+                                                  choose_config, pack_weight, quantized_matmul)
 
 TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "int5b", "uint6b", "uint7b", "uint8", "float8_e4m3", "float6_e3m2",
          "float6_e2m3", "float4_e2m1"]  # every width from 2 to 8 bits
@@ -286,7 +287,9 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
     evenly over the SMs) and K split 1, 2 or 4, on the table's load path; then at the table's tile and
     split, each load path: activations to registers, or staged in shared memory with two or one k-steps
     of weights in flight; the weights through a per-thread cp.async ring (weight_ring 3 or 4, 4 warps of
-    1 or 2 units, K split in two) or, on Hopper, a TMA ring."""
+    1 or 2 units, K split in two) or, on Hopper, a TMA ring. For larger batches: mma.sync tiles of 4 or 8 warps,
+    1 or 2 units, 32 to 128 rows; and where the table takes wgmma (sm_90a, from WGMMA_MIN_ROWS rows), its tiles
+    (WGMMA_CONFIGS, WGMMA_SMALL, WGMMA_MEDIUM) with K unsplit or split in 2, 3 or 4."""
     w = Weights(weight_type, k, n)
     results = []
     table = table_config(m, w.packed.format)
@@ -308,6 +311,14 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
         candidates = [Config(warps=warps, units_per_warp=units, block_m=block_m, stage_activations=True, stages=3,
                              scale_weights=True) for warps in (4, 8) for units in (1, 2) for block_m in (32, 64, 128)
                       if units % w.packed.format.units == 0]
+        if table.warpgroup_mma:
+            fmt = w.packed.format
+            tiles = [table] + [tile for _, tile in WGMMA_CONFIGS] + [WGMMA_SMALL, WGMMA_MEDIUM]
+            tiles = [replace(tile, units_per_warp=max(tile.units_per_warp, fmt.units) // fmt.units * fmt.units,
+                             split_reduce=SPLIT_REDUCE) for tile in tiles]
+            wgmma = [replace(tile, split_k=split) for tile in tiles for split in (1, 2, 3, 4)
+                     if split <= fmt.k // fmt.kt]
+            candidates = [c for i, c in enumerate(wgmma) if c not in wgmma[:i]] + candidates
     for config in candidates:
         try:
             t_ours, nbytes, _ = run_ours(w, m, config)

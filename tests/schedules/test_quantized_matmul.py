@@ -512,6 +512,8 @@ def test_wgmma_tiles_where_the_grid_is_short_of_the_sms(m, k, n, name, tile):
     (49, 8192, 10240, "float8_e4m3", (8, 1, 64), 3),
     (64, 28672, 8192, "uint8", (4, 2, 64), 4),  # 64 blocks of the small tile: 4 splits of 56 k-steps
     (64, 4096, 11008, "uint4b", (8, 1, 64), 1),  # 32 k-steps: a split would keep fewer than 20
+    (64, 11008, 4096, "uint4b", (4, 2, 64), 4),  # 32 blocks: 128, one an SM
+    (64, 5120, 13824, "uint4b", (8, 1, 64), 1),  # 108 blocks: 2 splits would give 84 SMs two blocks, 48 one
     (64, 8192, 28672, "uint4b", (8, 1, 64), 1),  # 224 blocks: the SMs are full
     (65, 8192, 10240, "uint4b", (4, 2, 64), 1),  # beyond 64 rows tiles stay unsplit
     (128, 28672, 8192, "uint4b", (4, 2, 64), 1)])

@@ -783,18 +783,18 @@ WGMMA_MEDIUM = Config(warps=4, units_per_warp=2, block_m=128, stage_activations=
                       warpgroup_mma=True)
 # Up to 64 rows, where the 64-row tile (or WGMMA_SMALL) leaves SMs without a block, K is split: as many splits as keep
 # the grid within one wave of two blocks an SM (two fit), each split keeping at least WGMMA_SPLIT_MIN_STEPS k-steps
-# (uneven splits, added up by the last split to arrive), but not so many that some SMs take two blocks while many
-# take one (a grid between the SMs and 7/4 of them: fewer splits then, down to one block an SM at most). H100, in one process, best of three, every output column
-# checked: 64 x 8192 x 10240 (80 blocks, split in 3) u4 51.2 -> 40.6 us, int4 60.7 -> 40.7, u3 61.3 -> 41.0, uint7
-# 64.8 -> 46.5, uint8 60.9 -> 48.6, fp8 e4m3 60.5 -> 50.4 (torch.matmul on float16 weights 61.7-62.4; in 2 splits
-# 52.3-60.8, in 4 (two waves) 56.1-63.2); 56 x 8192 x 10240 u4 51.2 -> 38.3, u3 61.3 -> 38.3, uint8 61.8 -> 45.3,
-# fp8 60.3 -> 46.2; 64 x 28672 x 8192 (64 blocks, split in 4) u4 180.7 -> 85.0, u3 181.6 -> 82.2, uint8 271.4 ->
-# 107.9, fp8 234.1 -> 113.0 (torch 161.5; in 3: 93.9-112.4, in 2: 108.0-138.1). Where K is 32 k-steps (64 x 4096 x
-# 11008, 86 blocks) splits did not pay: in 3 u4 28.4 -> 29.2, int4 34.7 -> 29.4, uint8 34.0 -> 37.6, fp8 33.6 -> 37.0;
-# in 2 every type slower (u4 33.2); 2 splits at 64 x 8192 x 10240 (160 blocks) were mixed (u4 51.2 -> 52.6, uint8
-# 60.9 -> 56.1), hence no grids of 1 to 7/4 blocks an SM. Not measured: 2-, 5- and 6-bit and small-float weights split
-# so, and 64 x 11008 x 4096 (32 blocks, split in 4: one block an SM). Larger batches keep their tiles unsplit (one block of 128 rows fits an SM; the splits
-# of WGMMA_SMALL beyond 64 rows were not measured).
+# (uneven splits, added up by the last split to arrive), but not so many that some SMs take two blocks while many take
+# one (a grid between the SMs and 7/4 of them: fewer splits then, down to one block an SM at most). H100, in one
+# process, best of three, every output column checked: 64 x 8192 x 10240 (80 blocks, split in 3) u4 51.2 -> 40.6 us,
+# int4 60.7 -> 40.7, u3 61.3 -> 41.0, uint7 64.8 -> 46.5, uint8 60.9 -> 48.6, fp8 e4m3 60.5 -> 50.4 (torch.matmul on
+# float16 weights 61.7-62.4; in 2 splits 52.3-60.8, in 4 (two waves) 56.1-63.2); 56 x 8192 x 10240 u4 51.2 -> 38.3, u3
+# 61.3 -> 38.3, uint8 61.8 -> 45.3, fp8 60.3 -> 46.2; 64 x 28672 x 8192 (64 blocks, split in 4) u4 180.7 -> 85.0, u3
+# 181.6 -> 82.2, uint8 271.4 -> 107.9, fp8 234.1 -> 113.0 (torch 161.5; in 3: 93.9-112.4, in 2: 108.0-138.1). Where K
+# is 32 k-steps (64 x 4096 x 11008, 86 blocks) splits did not pay: in 3 u4 28.4 -> 29.2, int4 34.7 -> 29.4, uint8 34.0
+# -> 37.6, fp8 33.6 -> 37.0; in 2 every type slower (u4 33.2); 2 splits at 64 x 8192 x 10240 (160 blocks) were mixed
+# (u4 51.2 -> 52.6, uint8 60.9 -> 56.1), hence no grids of 1 to 7/4 blocks an SM. Not measured: 2-, 5- and 6-bit and
+# small-float weights split so, and 64 x 11008 x 4096 (32 blocks, split in 4: one block an SM). Larger batches keep
+# their tiles unsplit (one block of 128 rows fits an SM; the splits of WGMMA_SMALL beyond 64 rows were not measured).
 WGMMA_SPLIT_MAX_ROWS = 64
 WGMMA_SPLIT_MIN_STEPS = 20
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tilus_tvm import dtypes, lowp  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
 from tilus_tvm.schedules.quantized_matmul import (WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL, Config,  # noqa: E402
-                                                  choose_config, pack_weight, quantized_matmul)
+                                                  choose_config, fit_units, pack_weight, quantized_matmul)
 
 TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "int5b", "uint6b", "uint7b", "uint8", "float8_e4m3", "float6_e3m2",
          "float6_e2m3", "float4_e2m1"]  # every width from 2 to 8 bits
@@ -314,11 +314,9 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
         if table.warpgroup_mma:
             fmt = w.packed.format
             tiles = [table] + [tile for _, tile in WGMMA_CONFIGS] + [WGMMA_SMALL, WGMMA_MEDIUM]
-            tiles = [replace(tile, units_per_warp=max(tile.units_per_warp, fmt.units) // fmt.units * fmt.units,
-                             split_reduce=SPLIT_REDUCE) for tile in tiles]
-            wgmma = [replace(tile, split_k=split) for tile in tiles for split in (1, 2, 3, 4)
-                     if split <= fmt.k // fmt.kt]
-            candidates = [c for i, c in enumerate(wgmma) if c not in wgmma[:i]] + candidates
+            wgmma = [replace(fit_units(tile, fmt), split_k=split, split_reduce=SPLIT_REDUCE) for tile in tiles
+                     for split in (1, 2, 3, 4) if split <= fmt.k // fmt.kt]
+            candidates = list(dict.fromkeys(wgmma)) + candidates
     for config in candidates:
         try:
             t_ours, nbytes, _ = run_ours(w, m, config)

@@ -818,14 +818,13 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     25.4-25.6, fp6 e3m2 21.7-21.9 -> 21.0-21.1; 32 rows u4 35.2-35.3 -> 30.1-30.3; 16 rows alike (20.8-21.0)."""
     if wgmma and m >= WGMMA_MIN_ROWS:
         config = next(c for limit, c in WGMMA_CONFIGS if limit is None or m <= limit)
-        config = replace(config, units_per_warp=max(config.units_per_warp, fmt.units) // fmt.units * fmt.units)
-        small = replace(WGMMA_SMALL, units_per_warp=max(WGMMA_SMALL.units_per_warp, fmt.units))
+        config, small = fit_units(config, fmt), fit_units(WGMMA_SMALL, fmt)
         blocks = _grid_blocks(m, fmt, config)
         short = config.block_m > 64 and blocks < multiprocessors  # (from 65 rows: SMs left without a block)
         if blocks < multiprocessors // 2 or (short and _grid_blocks(m, fmt, small) <= 2 * multiprocessors):
             config = small
         elif short and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
-            return replace(WGMMA_MEDIUM, units_per_warp=max(WGMMA_MEDIUM.units_per_warp, fmt.units))
+            return fit_units(WGMMA_MEDIUM, fmt)
         blocks = _grid_blocks(m, fmt, config)
         if m <= WGMMA_SPLIT_MAX_ROWS and blocks < multiprocessors:  # one wave of two blocks an SM (see above)
             splits = max(min(2 * multiprocessors // blocks, fmt.k // fmt.kt // WGMMA_SPLIT_MIN_STEPS), 1)
@@ -858,6 +857,12 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         if max_split is None or splits <= max_split:
             return replace(config, split_k=splits)
     raise AssertionError("the last row of CONFIGS serves every batch")
+
+
+def fit_units(config: Config, fmt: WeightFormat) -> Config:
+    """``config`` with its units a warp rounded down to a multiple of ``fmt.units`` (formats whose lanes pair units
+    take them in pairs), and at least one such multiple."""
+    return replace(config, units_per_warp=max(config.units_per_warp, fmt.units) // fmt.units * fmt.units)
 
 
 def _grid_blocks(m: int, fmt: WeightFormat, config: Config) -> int:

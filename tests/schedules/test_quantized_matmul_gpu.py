@@ -257,14 +257,21 @@ def test_weights_through_a_per_thread_cp_async_ring(name, m, k, n, group, split,
         check(name, m, k, n, group, seed=seed, config=config)
 
 
-@pytest.mark.parametrize("name,m,group,zero_points,dtype", [
-    ("uint4b", 64, 128, False, torch.float16), ("float8_e4m3", 50, 128, False, torch.bfloat16),
-    ("int3b", 57, 32, True, torch.float16)])
-def test_wgmma_rows_split_where_the_grid_is_short_of_the_sms(name, m, group, zero_points, dtype):
-    """Up to 64 rows on sm_90a a grid short of the SMs splits K (1024 channels: 8 blocks, 64 k-steps split in 3,
-    unevenly), as choose_config picks it for 132 SMs, against torch on every output."""
+@pytest.mark.parametrize("name,m,k,n,group,zero_points,dtype,sms,tile,split", [
+    ("uint4b", 64, 8192, 1024, 128, False, torch.float16, 132, (4, 2, 64), 3),
+    ("float8_e4m3", 50, 8192, 1024, 128, False, torch.bfloat16, 132, (4, 2, 64), 3),
+    ("int3b", 57, 8192, 1024, 32, True, torch.float16, 132, (4, 2, 64), 3),
+    ("uint8", 128, 8192, 1024, 128, False, torch.float16, 132, (4, 2, 64), 3),  # beyond 64 rows: the small tile
+    ("uint4b", 100, 41088, 512, 128, True, torch.float16, 16, (4, 2, 128), 8),  # the medium tile, 321 k-steps
+    ("float6_e3m2", 128, 41088, 512, 64, False, torch.bfloat16, 16, (4, 2, 128), 8)])
+def test_wgmma_rows_split_where_the_grid_is_short_of_the_sms(name, m, k, n, group, zero_points, dtype, sms, tile,
+                                                             split):
+    """On sm_90a a grid short of the SMs splits K (1024 channels at 64 rows: 8 blocks, 64 k-steps split in 3,
+    unevenly; from 65 rows the 64-row tiles, or the 128-row medium tile where its splits keep 40 k-steps), as
+    choose_config picks it for ``sms`` SMs, against torch on every output."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs sm_90a")
-    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), 8192, 1024, group), 132, wgmma=True)
-    assert config.warpgroup_mma and config.split_k == 3
-    check(name, m, 8192, 1024, group, zero_points=zero_points, dtype=dtype, config=config)
+    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group), sms, wgmma=True)
+    assert config.warpgroup_mma and (config.warps, config.units_per_warp, config.block_m) == tile
+    assert config.split_k == split
+    check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, config=config)

@@ -781,22 +781,32 @@ WGMMA_SMALL = Config(warps=4, units_per_warp=2, block_m=64, stage_activations=Tr
 WGMMA_MEDIUM_TYPES = ("float8_e4m3", "float8_e5m2")
 WGMMA_MEDIUM = Config(warps=4, units_per_warp=2, block_m=128, stage_activations=True, stages=3, scale_weights=True,
                       warpgroup_mma=True)
-# Up to 64 rows, where the 64-row tile (or WGMMA_SMALL) leaves SMs without a block, K is split: as many splits as keep
-# the grid within one wave of two blocks an SM (two fit), each split keeping at least WGMMA_SPLIT_MIN_STEPS k-steps
-# (uneven splits, added up by the last split to arrive), but not so many that some SMs take two blocks while many take
-# one (a grid between the SMs and 7/4 of them: fewer splits then, down to one block an SM at most). H100, in one
-# process, best of three, every output column checked: 64 x 8192 x 10240 (80 blocks, split in 3) u4 51.2 -> 40.6 us,
-# int4 60.7 -> 40.7, u3 61.3 -> 41.0, uint7 64.8 -> 46.5, uint8 60.9 -> 48.6, fp8 e4m3 60.5 -> 50.4 (torch.matmul on
-# float16 weights 61.7-62.4; in 2 splits 52.3-60.8, in 4 (two waves) 56.1-63.2); 56 x 8192 x 10240 u4 51.2 -> 38.3, u3
-# 61.3 -> 38.3, uint8 61.8 -> 45.3, fp8 60.3 -> 46.2; 64 x 28672 x 8192 (64 blocks, split in 4) u4 180.7 -> 85.0, u3
-# 181.6 -> 82.2, uint8 271.4 -> 107.9, fp8 234.1 -> 113.0 (torch 161.5; in 3: 93.9-112.4, in 2: 108.0-138.1). Where K
-# is 32 k-steps (64 x 4096 x 11008, 86 blocks) splits did not pay: in 3 u4 28.4 -> 29.2, int4 34.7 -> 29.4, uint8 34.0
-# -> 37.6, fp8 33.6 -> 37.0; in 2 every type slower (u4 33.2); 2 splits at 64 x 8192 x 10240 (160 blocks) were mixed
-# (u4 51.2 -> 52.6, uint8 60.9 -> 56.1), hence no grids of 1 to 7/4 blocks an SM. Not measured: 2-, 5- and 6-bit and
-# small-float weights split so, and 64 x 11008 x 4096 (32 blocks, split in 4: one block an SM). Larger batches keep
-# their tiles unsplit (one block of 128 rows fits an SM; the splits of WGMMA_SMALL beyond 64 rows were not measured).
-WGMMA_SPLIT_MAX_ROWS = 64
+# Where the tile chosen leaves SMs without a block, K is split: as many splits as keep the grid within one wave of two
+# blocks an SM (two fit), each split keeping at least WGMMA_SPLIT_MIN_STEPS k-steps (uneven splits, added up by the last
+# split to arrive), but not so many that some SMs take two blocks while many take one (a grid between the SMs and 7/4
+# of them: fewer splits then, down to one block an SM at most). H100, in one process, best of three, every output
+# column checked: 64 x 8192 x 10240 (80 blocks, split in 3) u4 51.2 -> 40.6 us, int4 60.7 -> 40.7, u3 61.3 -> 41.0,
+# uint7 64.8 -> 46.5, uint8 60.9 -> 48.6, fp8 e4m3 60.5 -> 50.4 (torch.matmul on float16 weights 61.7-62.4; in 2
+# splits 52.3-60.8, in 4 (two waves) 56.1-63.2); 56 x 8192 x 10240 u4 51.2 -> 38.3, u3 61.3 -> 38.3, uint8 61.8 ->
+# 45.3, fp8 60.3 -> 46.2; 64 x 28672 x 8192 (64 blocks, split in 4) u4 180.7 -> 85.0, u3 181.6 -> 82.2, uint8 271.4
+# -> 107.9, fp8 234.1 -> 113.0 (torch 161.5; in 3: 93.9-112.4, in 2: 108.0-138.1); 64 x 11008 x 4096 (32 blocks, split
+# in 4) u4 34.2 (the best tile and split of the sweep: 33.3). Where K is 32 k-steps (64 x 4096 x 11008, 86 blocks)
+# splits did not pay: in 3 u4 28.4 -> 29.2, int4 34.7 -> 29.4, uint8 34.0 -> 37.6, fp8 33.6 -> 37.0; in 2 every type
+# slower (u4 33.2); 2 splits at 64 x 8192 x 10240 (160 blocks) were mixed (u4 51.2 -> 52.6, uint8 60.9 -> 56.1), hence
+# no grids of 1 to 7/4 blocks an SM. Beyond 64 rows (WGMMA_SMALL's 64-row tiles; torch 41.2, 50.2 and 170.1 us):
+# 128 x 11008 x 4096 (64 blocks, split in 4) u4 72.8 -> 43.2, u3 74.0 -> 44.9, uint8 108.1 -> 44.8, fp8 92.9 -> 48.7;
+# 256 x 11008 x 4096 (128 blocks, split in 2) u4 73.6 -> 64.5, u3 74.4 -> 65.2, uint8 110.5 -> 67.6, fp8 93.6 -> 71.0
+# (the best of splits 1-4 of WGMMA_SMALL and WGMMA_MEDIUM but for fp8: WGMMA_MEDIUM in 2, 68.3); 128 x 28672 x 8192 in 2:
+# u4 187.1 -> 147.4, uint8 276.6 -> 156.2, fp8 237.3 -> 163.4, u3 185.2 -> 145.3, where WGMMA_MEDIUM (128 rows, half
+# the blocks, each weight converted once for the batch) split in 4 was faster still: u4 129.5, uint8 142.0, fp8 136.9,
+# u3 130.5 -- so from 65 rows the medium tile is split instead where its splits make as large a grid and keep at least
+# WGMMA_MEDIUM_SPLIT_MIN_STEPS k-steps (at 256 x 11008 x 4096 in 4, 21 k-steps, it lost: u4 76.9, uint8 71.7). A second
+# run, u4 and uint8, the rule's choice the fastest of those splits each time: 96 x 28672 x 8192 medium in 4 119.3 and
+# 130.8 us (torch 165.8), 128 x 14336 x 4096 small in 4 49.0 and 55.6 (torch 53.3), 128 x 8192 x 8192 small in 2 53.0
+# and 56.9 (torch 50.1). A grid that fills the SMs stays unsplit: 192 x 28672 x 8192 (192 blocks) u4 230.4 us, in 2
+# 196.7, but fp8 273.5 -> 286.7 (torch 174.3; not taken); 64 x 5120 x 13824 (108 blocks) u4 34.9, the sweep's best.
 WGMMA_SPLIT_MIN_STEPS = 20
+WGMMA_MEDIUM_SPLIT_MIN_STEPS = 40
 
 
 def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
@@ -807,7 +817,7 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM): the table's
     for the batch; K is split (``split_k``, doubling) while the grid has
     fewer blocks per SM than the table's row asks (two, or six for the ring row's small blocks) and every
-    split keeps at least 8 k-steps, evenly or not (with wgmma, only up to ``WGMMA_SPLIT_MAX_ROWS`` rows, see there); a row
+    split keeps at least 8 k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a row
     that would need more splits than it allows (the ring row: two) leaves the batch to the next. Uneven
     splits (a 7B model's K of 11008 is 86 k-steps of 128, split in 8) took 1x11008x4096 on the H100 from
     29.4 to 19.0 us for u4 (uint8 42.3 -> 27.1, u2 31.4 -> 17.2), 16 rows 34.7 -> 21.0, 32 rows 43.6 -> 35.2,
@@ -826,10 +836,14 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         elif short and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
             return fit_units(WGMMA_MEDIUM, fmt)
         blocks = _grid_blocks(m, fmt, config)
-        if m <= WGMMA_SPLIT_MAX_ROWS and blocks < multiprocessors:  # one wave of two blocks an SM (see above)
-            splits = max(min(2 * multiprocessors // blocks, fmt.k // fmt.kt // WGMMA_SPLIT_MIN_STEPS), 1)
-            while splits > 1 and multiprocessors < blocks * splits < 7 * multiprocessors // 4:
-                splits -= 1
+        if blocks < multiprocessors:  # K split into one wave of two blocks an SM (see WGMMA_SPLIT_MIN_STEPS)
+            splits = _wgmma_splits(blocks, fmt, multiprocessors)
+            medium = fit_units(WGMMA_MEDIUM, fmt)
+            medium_blocks = _grid_blocks(m, fmt, medium)
+            medium_splits = _wgmma_splits(medium_blocks, fmt, multiprocessors)
+            if (m > medium.block_m // 2 and medium_splits > 1 and medium_blocks * medium_splits >= blocks * splits
+                    and fmt.k // fmt.kt // medium_splits >= WGMMA_MEDIUM_SPLIT_MIN_STEPS):
+                return replace(medium, split_k=medium_splits)
             config = replace(config, split_k=splits)
         return config
     hopper = HOPPER_CONFIGS if wgmma else ()
@@ -857,6 +871,14 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         if max_split is None or splits <= max_split:
             return replace(config, split_k=splits)
     raise AssertionError("the last row of CONFIGS serves every batch")
+
+
+def _wgmma_splits(blocks: int, fmt: WeightFormat, multiprocessors: int) -> int:
+    """K's splits for a wgmma grid of ``blocks`` short of the SMs (see ``WGMMA_SPLIT_MIN_STEPS``)."""
+    splits = max(min(2 * multiprocessors // blocks, fmt.k // fmt.kt // WGMMA_SPLIT_MIN_STEPS), 1)
+    while splits > 1 and multiprocessors < blocks * splits < 7 * multiprocessors // 4:
+        splits -= 1
+    return splits
 
 
 def fit_units(config: Config, fmt: WeightFormat) -> Config:

@@ -51,7 +51,8 @@ DECODE = [(1, 8192, 28672), (16, 8192, 28672),
           (1, 4096, 12288), (1, 4096, 11008), (1, 11008, 4096),  # 7B: fused qkv, gate/up, down
           (1, 8192, 10240), (1, 28672, 8192)]  # 70B: fused qkv, down
 PREFILL = [(64, 8192, 28672), (128, 8192, 28672), (256, 8192, 28672), (64, 4096, 11008), (256, 4096, 11008),
-           (64, 8192, 10240), (64, 28672, 8192)]  # 70B: fused qkv and down projection, whose grids split K at 64 rows
+           (64, 8192, 10240), (64, 28672, 8192), (128, 28672, 8192),  # 70B: fused qkv, down (grids short of the SMs:
+           (256, 11008, 4096)]  # K split); 7B: down
 QUICK = [(1, 8192, 28672), (16, 8192, 28672)]
 ROUNDS = 3  # medians of 30 calls each; the best is reported
 WARM_SECONDS = 0.2  # the call replays this long before it is timed

@@ -796,15 +796,16 @@ WGMMA_MEDIUM = Config(warps=4, units_per_warp=2, block_m=128, stage_activations=
 # no grids of 1 to 7/4 blocks an SM. Beyond 64 rows (WGMMA_SMALL's 64-row tiles; torch 41.2, 50.2 and 170.1 us):
 # 128 x 11008 x 4096 (64 blocks, split in 4) u4 72.8 -> 43.2, u3 74.0 -> 44.9, uint8 108.1 -> 44.8, fp8 92.9 -> 48.7;
 # 256 x 11008 x 4096 (128 blocks, split in 2) u4 73.6 -> 64.5, u3 74.4 -> 65.2, uint8 110.5 -> 67.6, fp8 93.6 -> 71.0
-# (the best of splits 1-4 of WGMMA_SMALL and WGMMA_MEDIUM but for fp8: WGMMA_MEDIUM in 2, 68.3); 128 x 28672 x 8192 in 2:
-# u4 187.1 -> 147.4, uint8 276.6 -> 156.2, fp8 237.3 -> 163.4, u3 185.2 -> 145.3, where WGMMA_MEDIUM (128 rows, half
-# the blocks, each weight converted once for the batch) split in 4 was faster still: u4 129.5, uint8 142.0, fp8 136.9,
-# u3 130.5 -- so from 65 rows the medium tile is split instead where its splits make as large a grid and keep at least
-# WGMMA_MEDIUM_SPLIT_MIN_STEPS k-steps (at 256 x 11008 x 4096 in 4, 21 k-steps, it lost: u4 76.9, uint8 71.7). A second
-# run, u4 and uint8, the rule's choice the fastest of those splits each time: 96 x 28672 x 8192 medium in 4 119.3 and
-# 130.8 us (torch 165.8), 128 x 14336 x 4096 small in 4 49.0 and 55.6 (torch 53.3), 128 x 8192 x 8192 small in 2 53.0
-# and 56.9 (torch 50.1). A grid that fills the SMs stays unsplit: 192 x 28672 x 8192 (192 blocks) u4 230.4 us, in 2
-# 196.7, but fp8 273.5 -> 286.7 (torch 174.3; not taken); 64 x 5120 x 13824 (108 blocks) u4 34.9, the sweep's best.
+# (the fastest of WGMMA_SMALL unsplit and both tiles in 2-4 splits, but for fp8: WGMMA_MEDIUM in 2, 68.3, and u3: in
+# 3, 64.8); 128 x 28672 x 8192 in 2: u4 187.1 -> 147.4, uint8 276.6 -> 156.2, fp8 237.3 -> 163.4, u3 185.2 -> 145.3,
+# where WGMMA_MEDIUM (128 rows, half the blocks, each weight converted once for the batch) split in 4 was faster
+# still: u4 129.5, uint8 142.0, fp8 136.9, u3 130.5 -- so from 65 rows the medium tile is split instead where its
+# splits make as large a grid and keep at least WGMMA_MEDIUM_SPLIT_MIN_STEPS k-steps (at 256 x 11008 x 4096 in 4, 21
+# k-steps, it lost: u4 76.9, uint8 71.7). A second run, u4 and uint8, the rule's choice the fastest of those splits
+# each time: 96 x 28672 x 8192 medium in 4 119.3 and 130.8 us (torch 165.8), 128 x 14336 x 4096 small in 4 49.0 and
+# 55.6 (torch 53.3), 128 x 8192 x 8192 small in 2 53.0 and 56.9 (torch 50.1). A grid that fills the SMs stays
+# unsplit: 192 x 28672 x 8192 (192 blocks) u4 230.4 us, in 2 196.7, but fp8 273.5 -> 286.7 (torch 174.3; not taken);
+# 64 x 5120 x 13824 (108 blocks) u4 34.9, the sweep's best.
 WGMMA_SPLIT_MIN_STEPS = 20
 WGMMA_MEDIUM_SPLIT_MIN_STEPS = 40
 

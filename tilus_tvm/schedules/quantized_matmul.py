@@ -839,12 +839,13 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         blocks = _grid_blocks(m, fmt, config)
         if blocks < multiprocessors:  # K split into one wave of two blocks an SM (see WGMMA_SPLIT_MIN_STEPS)
             splits = _wgmma_splits(blocks, fmt, multiprocessors)
-            medium = fit_units(WGMMA_MEDIUM, fmt)
-            medium_blocks = _grid_blocks(m, fmt, medium)
-            medium_splits = _wgmma_splits(medium_blocks, fmt, multiprocessors)
-            if (m > medium.block_m // 2 and medium_splits > 1 and medium_blocks * medium_splits >= blocks * splits
-                    and fmt.k // fmt.kt // medium_splits >= WGMMA_MEDIUM_SPLIT_MIN_STEPS):
-                return replace(medium, split_k=medium_splits)
+            if m > WGMMA_MEDIUM.block_m // 2:  # (the medium tile's rows not half padding)
+                medium = fit_units(WGMMA_MEDIUM, fmt)
+                medium_blocks = _grid_blocks(m, fmt, medium)
+                medium_splits = _wgmma_splits(medium_blocks, fmt, multiprocessors)
+                if (medium_splits > 1 and medium_blocks * medium_splits >= blocks * splits
+                        and fmt.k // fmt.kt // medium_splits >= WGMMA_MEDIUM_SPLIT_MIN_STEPS):
+                    return replace(medium, split_k=medium_splits)
             config = replace(config, split_k=splits)
         return config
     hopper = HOPPER_CONFIGS if wgmma else ()

@@ -810,6 +810,7 @@ WGMMA_SPLIT_MIN_STEPS = 20
 WGMMA_MEDIUM_SPLIT_MIN_STEPS = 40
 
 
+@functools.lru_cache(maxsize=4096)  # a pure choice, made again at every launch otherwise (5-20 us of host time)
 def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
     (``wgmma``: an sm_90a GPU, which from ``WGMMA_MIN_ROWS`` rows takes the ``WGMMA_CONFIGS`` tiles, or where their

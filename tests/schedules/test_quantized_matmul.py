@@ -494,11 +494,17 @@ def test_wgmma_rows_of_the_table():
     (160, 8192, 10240, "uint2b", (4, 2, 64)),
     (320, 4096, 11008, "uint4b", (8, 2, 128)),  # 64-row tiles: 430 blocks, more than a wave
     (192, 8192, 28672, "float8_e4m3", (8, 2, 128)),  # 224 blocks: the SMs are full
-    (256, 4096, 11008, "float8_e4m3", (4, 2, 128)),  # fp8: a warpgroup of 128 channels, 172 blocks
-    (128, 8192, 28672, "float8_e5m2", (4, 2, 128)),
+    (256, 4096, 11008, "float8_e4m3", (12, 1, 128)),  # 116 blocks of 192 channels: one wave, as 86 of 256
+    (256, 4096, 11008, "uint4b", (12, 1, 128)),
+    (256, 4096, 11008, "uint3b", (12, 1, 128)),
+    (512, 4096, 11008, "uint8", (12, 1, 128)),  # 232 blocks or 172: two waves either way
+    (256, 8192, 10240, "uint4b", (12, 1, 128)),  # 108 blocks: one wave, 3/4 of the channels a block
+    (256, 8192, 28672, "uint4b", (8, 2, 128)),  # 300 blocks of 192 channels would be three waves, 224 are two
+    (320, 4096, 11008, "float6_e3m2", (8, 2, 128)),  # 174 blocks or 129: two waves of 192 against one of 256
+    (512, 8192, 28672, "float8_e4m3", (12, 1, 128)),  # 5 waves of 192 channels against 4 of 256: 0.94
+    (2048, 5120, 13824, "uint4b", (8, 2, 128)),  # 9 waves of 192 channels against 7 of 256: 0.96, under the margin
+    (128, 8192, 28672, "float8_e5m2", (4, 2, 128)),  # fp8: a warpgroup of 128 channels, 224 blocks
     (128, 8192, 28672, "uint8", (8, 2, 128)),  # (uint8 lost with it)
-    (256, 4096, 11008, "uint4b", (8, 2, 128)),  # narrower weights keep the 256-channel tile
-    (256, 4096, 11008, "uint3b", (8, 2, 128)),
     (128, 4096, 11008, "float8_e4m3", (4, 2, 64)),  # 43 blocks, under half the SMs: 64-row tiles, as before
     (64, 4096, 11008, "float8_e4m3", (8, 1, 64))])  # the 64-row row is left as it is
 def test_wgmma_tiles_where_the_grid_is_short_of_the_sms(m, k, n, name, tile):

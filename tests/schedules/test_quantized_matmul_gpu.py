@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tilus_tvm import dtypes, lowp
-from tilus_tvm.schedules.quantized_matmul import (HOPPER_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL, Config, WeightFormat,
-                                                  choose_config, pack_weight, quantized_matmul)
+from tilus_tvm.schedules.quantized_matmul import (HOPPER_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL, WGMMA_THREE_GROUPS, Config,
+                                                  WeightFormat, choose_config, pack_weight, quantized_matmul)
 from tilus_tvm.schedules.quantized_weight import dequantize
 
 pytestmark = pytest.mark.gpu
@@ -219,19 +219,25 @@ def test_uneven_k_splits(name, m, k, group, split, overrides):
         check(name, m, k, 264, group, seed=seed, config=config)
 
 
-@pytest.mark.parametrize("name,m,k,group,zero_points,dtype,tile", [
-    ("uint4b", 192, 512, 128, True, torch.bfloat16, WGMMA_SMALL),  # 128-row tiles: 86 blocks; 64-row: 258
-    ("int5b", 160, 384, 32, False, torch.float16, WGMMA_SMALL),
-    ("float8_e4m3", 256, 512, 64, False, torch.bfloat16, WGMMA_MEDIUM),  # fp8: one warpgroup of 128 channels
-    ("float8_e5m2", 200, 384, 128, False, torch.float16, WGMMA_MEDIUM)])
-def test_wgmma_tiles_of_grids_short_of_the_sms(name, m, k, group, zero_points, dtype, tile):
-    """The tiles the sm_90a table takes from 65 rows where its 256-channel tiles leave SMs idle (11008 channels),
-    as choose_config picks them for 132 SMs, against torch on every output."""
+@pytest.mark.parametrize("name,m,k,n,group,zero_points,dtype,tile", [
+    ("uint4b", 192, 512, 11008, 128, True, torch.bfloat16, WGMMA_SMALL),  # 128-row tiles: 86 blocks; 64-row: 258
+    ("int5b", 160, 384, 11008, 32, False, torch.float16, WGMMA_SMALL),
+    ("float8_e4m3", 128, 512, 28672, 64, False, torch.bfloat16, WGMMA_MEDIUM),  # fp8: a warpgroup of 128 channels
+    ("float8_e5m2", 100, 384, 28672, 128, False, torch.float16, WGMMA_MEDIUM),
+    # three warpgroups of 64 channels: 116 blocks of 192 channels, one wave as the 86 of 256
+    ("uint4b", 256, 512, 11008, 128, True, torch.bfloat16, WGMMA_THREE_GROUPS),
+    ("int5b", 200, 384, 11008, 32, False, torch.float16, WGMMA_THREE_GROUPS),
+    ("float8_e4m3", 250, 512, 11008, 64, True, torch.float16, WGMMA_THREE_GROUPS),
+    ("float6_e3m2", 512, 640, 11008, None, False, torch.bfloat16, WGMMA_THREE_GROUPS),  # two waves, per channel
+    ("uint3b", 256, 1024, 10240, 128, False, torch.float16, WGMMA_THREE_GROUPS)])
+def test_wgmma_tiles_of_grids_short_of_the_sms(name, m, k, n, group, zero_points, dtype, tile):
+    """The tiles the sm_90a table takes from 65 rows where its 256-channel tiles leave SMs idle, as choose_config
+    picks them for 132 SMs, against torch on every output."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs sm_90a")
-    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, 11008, group), 132, wgmma=True)
-    assert (config.warps, config.block_m) == (tile.warps, tile.block_m)
-    check(name, m, k, 11008, group, zero_points=zero_points, dtype=dtype, config=config)
+    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group or k), 132, wgmma=True)
+    assert (config.warps, config.units_per_warp, config.block_m) == (tile.warps, tile.units_per_warp, tile.block_m)
+    check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, config=config)
 
 
 @pytest.mark.parametrize("name,m,tma", [("uint4b", 200, False), ("int3b", 130, None), ("float8_e4m3", 64, False)])

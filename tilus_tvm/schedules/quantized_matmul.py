@@ -778,6 +778,31 @@ WGMMA_SMALL = Config(warps=4, units_per_warp=2, block_m=64, stage_activations=Tr
 #   x 8192 374.6 -> 430.1), u4 gained 0-3% (256 x 4096 x 11008 56.1 -> 55.2), int5b/uint6b/fp6 e3m2/fp4 e2m1 within
 #   1.5%, uint7b 128 x 8192 x 28672 137.0 -> 130.9 but 256 x 4096 x 11008 61.3 -> 61.7, u3 and u2 lost 5-14% (u3
 #   256 x 4096 x 11008 56.6 -> 65.4).
+# ... and from 65 rows, ahead of those two, three warpgroups of 64 channels (192 channels and 128 rows, one block an SM
+# like the 256-channel tile) where they cover the channels in fewer waves times channels a block: 1.5 times the blocks,
+# each of 3/4 of the work (11008 channels at 256 rows: 86 blocks of 256 channels, one wave with 46 SMs idle, or 116
+# of 192, one wave). H100, in one process, best of three, every output column checked: 256 x 4096 x 11008 u4 57.9 ->
+# 48.0 us, u3 57.9 -> 48.9, uint8 61.5 -> 51.6, fp8 e4m3 (the medium tile) 58.9 -> 51.4, fp6 e3m2 62.5 -> 52.0
+# (torch.matmul on float16 weights 42.7); 512 x 4096 x 11008 (172 blocks or 232, two waves either way) u4 112.5 ->
+# 92.2, u3 113.6 -> 90.0, uint8 118.8 -> 94.6, fp8 114.7 -> 95.4, fp6 120.3 -> 97.4 (torch 81.3). Where they take more
+# waves they lost: 256 x 8192 x 28672 (224 blocks, two waves, or 300, three) u4 218.2 -> 246.5, fp8 233.3 -> 249.3.
+# Their 150 registers a thread leave no room for a second block (min_blocks=1 keeps them under 65536 / 384): split
+# in 2 (232 blocks) 256 x 4096 x 11008 took 80.0 us; 256 x 11008 x 4096 in 3 (132 blocks) measured as the 64-row
+# tiles in 2 (u4 65.6 against 65.9). Formats whose lanes pair units would make them 384 channels: not for those.
+# A second run, the same way (two A/B rounds; u4, uint8, fp8 e4m3; torch in brackets): 256 x 8192 x 10240 (the
+# 256-channel tile in 3 splits) u4 122.3 -> 83.3 us, uint8 132.9 -> 90.4-93.1, fp8 106.1 -> 90.8 (75.8); 200 x 4096 x
+# 11008 u4 56.8 -> 45.7 (37.7); 320 x 28672 x 8192 u4 336.9 -> 265.2, uint8 359.4 -> 276.7, fp8 341.6 -> 279.5 (233.2);
+# 384 x 4096 x 14336 u4 110.6 -> 88.8 (82.6); 768 x 11008 x 4096 u4 139.1 -> 115.4, uint8 146.5 -> 116.6 (115.7); 512 x
+# 8192 x 10240 u4 205.8 -> 163.6 (133.0); 448 x 13824 x 5120 u4 164.8 -> 132.0 (107.6); 640 x 8192 x 28672 (560 blocks
+# or 750: 5 waves against 6) u4 519.4 -> 477.7-495.4, uint8 551.8 -> 514.6, fp8 528.2 -> 484.9-503.5 (436.0).
+# Their waves times channels are weighed by THREE_GROUPS_COST: one wave of theirs took 0.79-0.83 of the 256-channel
+# tile's, not 0.75, and with several waves they gained 3-6% where they cover 0.94 of the 256-channel tiles' waves
+# times channels (512 x 8192 x 28672 u4 421.6 -> 401.6-407.3, fp8 433.9 -> 411.9; 1024 x 5120 x 13824 u4 272.3 ->
+# 264.1, uint8 283.3 -> 268.6) but were even or mixed at 0.96-1.0 (2048 x 5120 x 13824 u4 477.4-480.9 against
+# 463.6-517.3; 1024 x 4096 x 11008 u4 172.4-173.3 against 173.2-176.0).
+THREE_GROUPS_COST = 1.05
+WGMMA_THREE_GROUPS = Config(warps=12, units_per_warp=1, block_m=128, stage_activations=True, stages=3,
+                            scale_weights=True, warpgroup_mma=True, release_barriers=True, min_blocks=1)
 WGMMA_MEDIUM_TYPES = ("float8_e4m3", "float8_e5m2")
 WGMMA_MEDIUM = Config(warps=4, units_per_warp=2, block_m=128, stage_activations=True, stages=3, scale_weights=True,
                       warpgroup_mma=True)
@@ -814,7 +839,8 @@ WGMMA_MEDIUM_SPLIT_MIN_STEPS = 40
 def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
     (``wgmma``: an sm_90a GPU, which from ``WGMMA_MIN_ROWS`` rows takes the ``WGMMA_CONFIGS`` tiles, or where their
-    grid leaves SMs without a block ``WGMMA_SMALL`` / ``WGMMA_MEDIUM`` (see there); below that, its rows of
+    grid leaves SMs without a block ``WGMMA_SMALL`` / ``WGMMA_THREE_GROUPS`` / ``WGMMA_MEDIUM`` (see there), and
+    ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels; below that, its rows of
     ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
     unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM): the table's
     for the batch; K is split (``split_k``, doubling) while the grid has
@@ -835,6 +861,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         short = config.block_m > 64 and blocks < multiprocessors  # (from 65 rows: SMs left without a block)
         if blocks < multiprocessors // 2 or (short and _grid_blocks(m, fmt, small) <= 2 * multiprocessors):
             config = small
+        elif _fewer_waves(m, fmt, config, WGMMA_THREE_GROUPS, multiprocessors):
+            return WGMMA_THREE_GROUPS
         elif short and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
             return fit_units(WGMMA_MEDIUM, fmt)
         blocks = _grid_blocks(m, fmt, config)
@@ -882,6 +910,17 @@ def _wgmma_splits(blocks: int, fmt: WeightFormat, multiprocessors: int) -> int:
     while splits > 1 and multiprocessors < blocks * splits < 7 * multiprocessors // 4:
         splits -= 1
     return splits
+
+
+def _fewer_waves(m: int, fmt: WeightFormat, config: Config, other: Config, multiprocessors: int) -> bool:
+    """Whether ``other``'s tile (``WGMMA_THREE_GROUPS``) covers ``m`` rows in fewer waves times channels a block than
+    ``config``'s, by ``THREE_GROUPS_COST``, both tiles of the same rows and one block an SM, and ``other`` fits ``fmt``
+    as it is (its units a warp a multiple of ``fmt.units``)."""
+    if other.block_m != config.block_m or other.units_per_warp % fmt.units:
+        return False
+    def cost(tile: Config) -> int:  # noqa: E306 - waves of the grid x channels a block
+        return -(-_grid_blocks(m, fmt, tile) // multiprocessors) * tile.warps * tile.units_per_warp
+    return cost(other) * THREE_GROUPS_COST < cost(config)
 
 
 def fit_units(config: Config, fmt: WeightFormat) -> Config:

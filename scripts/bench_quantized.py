@@ -41,7 +41,8 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tilus_tvm import dtypes, lowp  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
-from tilus_tvm.schedules.quantized_matmul import (WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL, Config,  # noqa: E402
+from tilus_tvm.schedules.quantized_matmul import (WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL,  # noqa: E402
+                                                  WGMMA_THREE_GROUPS, Config,
                                                   choose_config, fit_units, pack_weight, quantized_matmul)
 
 TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "int5b", "uint6b", "uint7b", "uint8", "float8_e4m3", "float6_e3m2",
@@ -56,7 +57,7 @@ PREFILL = [(64, 8192, 28672), (128, 8192, 28672), (256, 8192, 28672), (64, 4096,
 QUICK = [(1, 8192, 28672), (16, 8192, 28672)]
 ROUNDS = 3  # medians of 30 calls each; the best is reported
 WARM_SECONDS = 0.2  # the call replays this long before it is timed
-SPLIT_REDUCE = "serial"  # --split-reduce: how the table's split-K partial sums are added up
+SPLIT_REDUCE = None  # --split-reduce: how the table's split-K partial sums are added up (None: as it says)
 WEIGHT_STAGES = 0  # --weight-stages: the decode rows' TMA ring of weights (0: none)
 NO_TMA_ACTIVATIONS = False  # --no-tma-activations: the wgmma rows' activations by cp.async
 # the table's wgmma rows (from 49 rows) exist on an sm_90a GPU only: quantized_matmul() picks them there
@@ -169,7 +170,8 @@ def table_config(m: int, fmt) -> Config:
     """The configuration quantized_matmul picks for m rows of this weight format on this GPU, its split-K partial
     sums added as --split-reduce says."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return replace(choose_config(m, fmt, sms, wgmma=HOPPER), split_reduce=SPLIT_REDUCE)
+    config = choose_config(m, fmt, sms, wgmma=HOPPER)
+    return replace(config, split_reduce=SPLIT_REDUCE) if SPLIT_REDUCE else config
 
 
 def run_ours(w: Weights, m: int, config=None, tune: bool = False):
@@ -290,7 +292,7 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
     of weights in flight; the weights through a per-thread cp.async ring (weight_ring 3 or 4, 4 warps of
     1 or 2 units, K split in two) or, on Hopper, a TMA ring. For larger batches: mma.sync tiles of 4 or 8 warps,
     1 or 2 units, 32 to 128 rows; and where the table takes wgmma (sm_90a, from WGMMA_MIN_ROWS rows), its tiles
-    (WGMMA_CONFIGS, WGMMA_SMALL, WGMMA_MEDIUM) with K unsplit or split in 2, 3 or 4."""
+    (WGMMA_CONFIGS, WGMMA_SMALL, WGMMA_MEDIUM, WGMMA_THREE_GROUPS) with K unsplit or split in 2, 3, 4 or 6 (SplitKSum)."""
     w = Weights(weight_type, k, n)
     results = []
     table = table_config(m, w.packed.format)
@@ -314,9 +316,9 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
                       if units % w.packed.format.units == 0]
         if table.warpgroup_mma:
             fmt = w.packed.format
-            tiles = [table] + [tile for _, tile in WGMMA_CONFIGS] + [WGMMA_SMALL, WGMMA_MEDIUM]
-            wgmma = [replace(fit_units(tile, fmt), split_k=split, split_reduce=SPLIT_REDUCE) for tile in tiles
-                     for split in (1, 2, 3, 4) if split <= fmt.k // fmt.kt]
+            tiles = [table] + [tile for _, tile in WGMMA_CONFIGS] + [WGMMA_SMALL, WGMMA_MEDIUM, WGMMA_THREE_GROUPS]
+            wgmma = [replace(fit_units(tile, fmt), split_k=split, split_reduce=SPLIT_REDUCE or "kernel")
+                     for tile in tiles for split in (1, 2, 3, 4, 6) if split <= fmt.k // fmt.kt]
             candidates = list(dict.fromkeys(wgmma)) + candidates
     for config in candidates:
         try:
@@ -348,9 +350,9 @@ def main():
                         help="the wgmma rows stage their activations with cp.async instead of TMA")
     parser.add_argument("--group", type=int, choices=[32, 64, 128], default=128,
                         help="the weights' group size (their scales' and tinygemm's)")
-    parser.add_argument("--split-reduce", choices=["kernel", "serial"], default="serial",
-                        help="split-K partial sums added in the kernel, in split order (semaphores; the default), "
-                             "or by a second kernel")
+    parser.add_argument("--split-reduce", choices=["kernel", "serial"], default=None,
+                        help="split-K partial sums added by a second kernel (SplitKSum) or in the kernel, by the "
+                             "last split to arrive (default: as the table says: serial for decode, kernel for wgmma)")
     parser.add_argument("--alternate", type=int, default=0, metavar="ROUNDS",
                         help="time torch.matmul and ours in turn, ROUNDS times each, at --shapes (default: the "
                              "prefill shapes) for --types (default: uint4b,float8_e4m3), instead of the table")

@@ -522,17 +522,23 @@ def test_wgmma_tiles_where_the_grid_is_short_of_the_sms(m, k, n, name, tile):
     (64, 5120, 13824, "uint4b", (8, 1, 64), 1),  # 108 blocks: 2 splits would give 84 SMs two blocks, 48 one
     (64, 8192, 28672, "uint4b", (8, 1, 64), 1),  # 224 blocks: the SMs are full
     (65, 8192, 10240, "uint4b", (4, 2, 64), 1),  # 160 blocks of 64 rows: the SMs are full
-    (128, 11008, 4096, "uint8", (4, 2, 64), 4),  # 64 blocks of 64 rows: 4 splits
-    (256, 11008, 4096, "uint4b", (4, 2, 64), 2),  # 128 blocks: 2 splits (the medium tile's 4 would keep 21 k-steps)
-    (128, 28672, 8192, "uint4b", (4, 2, 128), 4),  # the medium tile in 4 (56 k-steps), as many blocks as 64 rows in 2
+    # from 65 rows, where the 64-row tiles too leave SMs idle: three warpgroups, one block an SM
+    (128, 11008, 4096, "uint8", (12, 1, 128), 6),  # 22 blocks: 6 splits of 14-15 k-steps
+    (256, 11008, 4096, "uint4b", (12, 1, 128), 3),  # 44 blocks
+    (128, 28672, 8192, "uint4b", (12, 1, 128), 3),  # 43 blocks
+    (128, 8192, 8192, "uint3b", (12, 1, 128), 3),
+    (128, 4096, 4096, "uint4b", (4, 2, 64), 1),  # 22 blocks split in 2 (32 k-steps) fill a third: 64-row tiles
+    # ... but fp8 takes the medium tile in 4 (56 k-steps), as many blocks as 64 rows in 2
+    (128, 28672, 8192, "float8_e4m3", (4, 2, 128), 4),
     (96, 28672, 8192, "float8_e4m3", (4, 2, 128), 4),
-    (128, 8192, 8192, "uint3b", (4, 2, 64), 2),  # the medium tile's splits would keep fewer than 40 k-steps
+    (128, 8192, 8192, "float8_e4m3", (12, 1, 128), 3),  # (the medium tile's splits would keep fewer than 40 k-steps)
     (128, 8192, 28672, "uint4b", (8, 2, 128), 1),  # 112 blocks: 2 splits would give 92 SMs two blocks, 40 one
     (192, 28672, 8192, "uint4b", (4, 2, 64), 1)])  # 192 blocks: the SMs are full
 def test_wgmma_splits_where_the_grid_is_short_of_the_sms(m, k, n, name, tile, split):
     config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 132, wgmma=True)
     assert config.warpgroup_mma and (config.warps, config.units_per_warp, config.block_m) == tile
     assert config.split_k == split
+    assert config.split_reduce == ("kernel" if split > 1 else "serial")  # SplitKSum adds wgmma splits up
     assert choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 16, wgmma=True).split_k == 1  # grid fills
 
 

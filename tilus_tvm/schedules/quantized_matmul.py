@@ -75,8 +75,10 @@ split to arrive adds all of them, split 0 first, and writes the tile. No split w
 of semaphores, ``MatmulSplitK``'s way, made each wait for the one before: on the H100, u4 at 1x4096x11008
 took 20.5-20.9 us that way and takes 16.3-16.4, at 1x28672x8192 with 8 splits 62.3-62.5 against 50.2).
 With ``split_reduce="kernel"`` each split writes them to a workspace the caller passes and
-:class:`SplitKSum`, a second kernel, adds them up (saving nothing: the serial sum also saves the second
-launch, 5-10 us of host time outside a CUDA graph).
+:class:`SplitKSum`, a second kernel, adds them up. For decode tiles (8-16 rows) the serial sum is as fast and saves
+the second launch (5-10 us of host time outside a CUDA graph); the ``wgmma`` rows' tiles of 64-128 rows take
+SplitKSum, which spreads the sum over the GPU where the serial sum left one block a tile reading every split's
+partial sums (their table: ``choose_config``).
 
 ``QuantizedMatmul`` carries an ``opt_in`` ``@autotune`` space of 56 configurations (the block's
 channels as warps x units, and its batch rows with the matching load path), which holds every
@@ -833,6 +835,25 @@ WGMMA_MEDIUM = Config(warps=4, units_per_warp=2, block_m=128, stage_activations=
 # 64 x 5120 x 13824 (108 blocks) u4 34.9, the sweep's best.
 WGMMA_SPLIT_MIN_STEPS = 20
 WGMMA_MEDIUM_SPLIT_MIN_STEPS = 40
+# The wgmma rows' splits are added up by SplitKSum (split_reduce="kernel"), not by the last split to arrive: with tiles
+# of 64-128 rows the serial sum (one block reading every split's partial sums of its tile) made the tail. H100, in one
+# process, best of three, every output column checked, u4 / uint8 / fp8 e4m3, serial -> SplitKSum: 64 x 8192 x 10240
+# (in 3) 40.3 -> 34.0 us, 48.1 -> 41.3, 50.1 -> 40.9; 64 x 11008 x 4096 (in 4) 34.5 -> 28.3, 36.2 -> 30.3, 36.5 -> 30.9;
+# 64 x 28672 x 8192 (in 4) 84.4 -> 79.7, 111.0 -> 111.0, 115.2 -> 105.5; 128 x 28672 x 8192 (medium in 4) 130.5 ->
+# 118.9, 141.7 -> 139.9, 134.6 -> 120.0; 256 x 11008 x 4096 (64-row tiles in 2) 63.8 -> 58.9, 67.0 -> 70.8, 70.7 -> 62.4.
+# (It costs a second launch: 5-10 us of host time outside a CUDA graph, hidden behind kernels of this size when the
+# launches run ahead of the GPU.)
+# From 65 rows, where even the 64-row tiles leave SMs idle (a grid short of the SMs: K would be split), three
+# warpgroups of 64 channels (WGMMA_THREE_GROUPS, one block an SM) are split instead, as often as keeps one block an SM,
+# each split keeping at least THREE_GROUPS_SPLIT_MIN_STEPS k-steps, where that fills 3/4 of the SMs; for fp8 weights
+# the medium tile's split (above) first. Same runs, against the tiles those shapes took before (split, by SplitKSum):
+# 128 x 11008 x 4096 (in 6: 22 blocks, 14 k-steps) 35.9 -> 31.7, 36.9 -> 33.5, 36.7 -> 33.1 (torch 41.7; in 4: 36.2,
+# 40.0, 40.0); 128 x 14336 x 4096 (in 6) 43.0 -> 37.3, 52.7 -> 40.6, 46.9 -> 39.9 (torch 52.5); 128 x 8192 x 8192 (in
+# 3) 47.1 -> 39.3, 57.8 -> 44.1, 52.7 -> 43.3 (torch 50.0); 256 x 11008 x 4096 (in 3) 58.9 -> 46.6, 70.8 -> 51.0, 62.4
+# -> 51.7 (torch 48.2); 128 x 28672 x 8192 (in 3) u4 118.9 -> 109.9, uint8 139.9 -> 132.1, but fp8 120.0 -> 126.7
+# (torch 171.4), hence the medium tile first for fp8. Split where a second block would need an SM of its own, they
+# lost: 256 x 4096 x 11008 in 2, u4 45.6 -> 58.6.
+THREE_GROUPS_SPLIT_MIN_STEPS = 12
 
 
 @functools.lru_cache(maxsize=4096)  # a pure choice, made again at every launch otherwise (5-20 us of host time)
@@ -859,6 +880,14 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         config, small = fit_units(config, fmt), fit_units(WGMMA_SMALL, fmt)
         blocks = _grid_blocks(m, fmt, config)
         short = config.block_m > 64 and blocks < multiprocessors  # (from 65 rows: SMs left without a block)
+        if short and _grid_blocks(m, fmt, small) < multiprocessors:  # even the 64-row tiles: K is split
+            medium = _medium_split(m, fmt, multiprocessors, blocks=_grid_blocks(m, fmt, small),
+                                   splits=_wgmma_splits(_grid_blocks(m, fmt, small), fmt, multiprocessors))
+            if medium is not None and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
+                return medium
+            three = _three_groups_split(m, fmt, multiprocessors)
+            if three is not None:
+                return three
         if blocks < multiprocessors // 2 or (short and _grid_blocks(m, fmt, small) <= 2 * multiprocessors):
             config = small
         elif _fewer_waves(m, fmt, config, WGMMA_THREE_GROUPS, multiprocessors):
@@ -868,14 +897,10 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         blocks = _grid_blocks(m, fmt, config)
         if blocks < multiprocessors:  # K split into one wave of two blocks an SM (see WGMMA_SPLIT_MIN_STEPS)
             splits = _wgmma_splits(blocks, fmt, multiprocessors)
-            if m > WGMMA_MEDIUM.block_m // 2:  # (the medium tile's rows not half padding)
-                medium = fit_units(WGMMA_MEDIUM, fmt)
-                medium_blocks = _grid_blocks(m, fmt, medium)
-                medium_splits = _wgmma_splits(medium_blocks, fmt, multiprocessors)
-                if (medium_splits > 1 and medium_blocks * medium_splits >= blocks * splits
-                        and fmt.k // fmt.kt // medium_splits >= WGMMA_MEDIUM_SPLIT_MIN_STEPS):
-                    return replace(medium, split_k=medium_splits)
-            config = replace(config, split_k=splits)
+            medium = _medium_split(m, fmt, multiprocessors, blocks, splits)
+            if medium is not None:
+                return medium
+            config = replace(config, split_k=splits, split_reduce="kernel" if splits > 1 else config.split_reduce)
         return config
     hopper = HOPPER_CONFIGS if wgmma else ()
     for row, (limit, widths, config, per_sm, max_split) in enumerate(hopper + CONFIGS):
@@ -902,6 +927,34 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         if max_split is None or splits <= max_split:
             return replace(config, split_k=splits)
     raise AssertionError("the last row of CONFIGS serves every batch")
+
+
+def _medium_split(m: int, fmt: WeightFormat, multiprocessors: int, blocks: int, splits: int) -> Optional[Config]:
+    """``WGMMA_MEDIUM`` split in two or more, where its splits make a grid as large as ``blocks`` tiles of another
+    split in ``splits`` and keep at least ``WGMMA_MEDIUM_SPLIT_MIN_STEPS`` k-steps, and its rows are not half
+    padding; else None."""
+    if m <= WGMMA_MEDIUM.block_m // 2:
+        return None
+    medium = fit_units(WGMMA_MEDIUM, fmt)
+    medium_blocks = _grid_blocks(m, fmt, medium)
+    medium_splits = _wgmma_splits(medium_blocks, fmt, multiprocessors)
+    if (medium_splits > 1 and medium_blocks * medium_splits >= blocks * splits
+            and fmt.k // fmt.kt // medium_splits >= WGMMA_MEDIUM_SPLIT_MIN_STEPS):
+        return replace(medium, split_k=medium_splits, split_reduce="kernel")
+    return None
+
+
+def _three_groups_split(m: int, fmt: WeightFormat, multiprocessors: int) -> Optional[Config]:
+    """``WGMMA_THREE_GROUPS`` with K split as often as keeps one block an SM, each split keeping at least
+    ``THREE_GROUPS_SPLIT_MIN_STEPS`` k-steps, where that fills 3/4 of the SMs and the tile fits ``fmt``; else None."""
+    three = WGMMA_THREE_GROUPS
+    if three.units_per_warp % fmt.units:
+        return None
+    blocks = _grid_blocks(m, fmt, three)
+    splits = max(min(multiprocessors // blocks, fmt.k // fmt.kt // THREE_GROUPS_SPLIT_MIN_STEPS), 1)
+    if splits < 2 or 4 * blocks * splits < 3 * multiprocessors:
+        return None
+    return replace(three, split_k=splits, split_reduce="kernel")
 
 
 def _wgmma_splits(blocks: int, fmt: WeightFormat, multiprocessors: int) -> int:

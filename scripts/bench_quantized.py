@@ -292,7 +292,8 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
     of weights in flight; the weights through a per-thread cp.async ring (weight_ring 3 or 4, 4 warps of
     1 or 2 units, K split in two) or, on Hopper, a TMA ring. For larger batches: mma.sync tiles of 4 or 8 warps,
     1 or 2 units, 32 to 128 rows; and where the table takes wgmma (sm_90a, from WGMMA_MIN_ROWS rows), its tiles
-    (WGMMA_CONFIGS, WGMMA_SMALL, WGMMA_MEDIUM, WGMMA_THREE_GROUPS) with K unsplit or split in 2, 3, 4 or 6 (SplitKSum)."""
+    (WGMMA_CONFIGS, WGMMA_SMALL, WGMMA_MEDIUM, WGMMA_THREE_GROUPS) with K unsplit or split in 2, 3, 4 or 6
+    (SplitKSum)."""
     w = Weights(weight_type, k, n)
     results = []
     table = table_config(m, w.packed.format)

@@ -840,7 +840,8 @@ WGMMA_MEDIUM_SPLIT_MIN_STEPS = 40
 # process, best of three, every output column checked, u4 / uint8 / fp8 e4m3, serial -> SplitKSum: 64 x 8192 x 10240
 # (in 3) 40.3 -> 34.0 us, 48.1 -> 41.3, 50.1 -> 40.9; 64 x 11008 x 4096 (in 4) 34.5 -> 28.3, 36.2 -> 30.3, 36.5 -> 30.9;
 # 64 x 28672 x 8192 (in 4) 84.4 -> 79.7, 111.0 -> 111.0, 115.2 -> 105.5; 128 x 28672 x 8192 (medium in 4) 130.5 ->
-# 118.9, 141.7 -> 139.9, 134.6 -> 120.0; 256 x 11008 x 4096 (64-row tiles in 2) 63.8 -> 58.9, 67.0 -> 70.8, 70.7 -> 62.4.
+# 118.9, 141.7 -> 139.9, 134.6 -> 120.0; 256 x 11008 x 4096 (64-row tiles in 2) 63.8 -> 58.9, 67.0 -> 70.8, 70.7 ->
+# 62.4.
 # (It costs a second launch: 5-10 us of host time outside a CUDA graph, hidden behind kernels of this size when the
 # launches run ahead of the GPU.)
 # From 65 rows, where even the 64-row tiles leave SMs idle (a grid short of the SMs: K would be split), three
@@ -861,7 +862,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
     (``wgmma``: an sm_90a GPU, which from ``WGMMA_MIN_ROWS`` rows takes the ``WGMMA_CONFIGS`` tiles, or where their
     grid leaves SMs without a block ``WGMMA_SMALL`` / ``WGMMA_THREE_GROUPS`` / ``WGMMA_MEDIUM`` (see there), and
-    ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels; below that, its rows of
+    ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels, or split (``THREE_GROUPS_SPLIT_MIN_STEPS``)
+    where the 64-row tiles too leave SMs idle, the splits of these rows added up by SplitKSum; below that, its rows of
     ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
     unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM): the table's
     for the batch; K is split (``split_k``, doubling) while the grid has

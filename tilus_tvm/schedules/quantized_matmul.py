@@ -880,19 +880,20 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     if wgmma and m >= WGMMA_MIN_ROWS:
         config = next(c for limit, c in WGMMA_CONFIGS if limit is None or m <= limit)
         config, small = fit_units(config, fmt), fit_units(WGMMA_SMALL, fmt)
-        blocks = _grid_blocks(m, fmt, config)
+        blocks, small_blocks = _grid_blocks(m, fmt, config), _grid_blocks(m, fmt, small)
         short = config.block_m > 64 and blocks < multiprocessors  # (from 65 rows: SMs left without a block)
-        if short and _grid_blocks(m, fmt, small) < multiprocessors:  # even the 64-row tiles: K is split
-            medium = _medium_split(m, fmt, multiprocessors, blocks=_grid_blocks(m, fmt, small),
-                                   splits=_wgmma_splits(_grid_blocks(m, fmt, small), fmt, multiprocessors))
-            if medium is not None and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
-                return medium
+        if short and small_blocks < multiprocessors:  # even the 64-row tiles: K is split
+            if fmt.dtype.name in WGMMA_MEDIUM_TYPES:
+                medium = _medium_split(m, fmt, multiprocessors, small_blocks,
+                                       _wgmma_splits(small_blocks, fmt, multiprocessors))
+                if medium is not None:
+                    return medium
             three = _three_groups_split(m, fmt, multiprocessors)
             if three is not None:
                 return three
-        if blocks < multiprocessors // 2 or (short and _grid_blocks(m, fmt, small) <= 2 * multiprocessors):
+        if blocks < multiprocessors // 2 or (short and small_blocks <= 2 * multiprocessors):
             config = small
-        elif _fewer_waves(m, fmt, config, WGMMA_THREE_GROUPS, multiprocessors):
+        elif _fewer_waves(m, fmt, config, multiprocessors):
             return WGMMA_THREE_GROUPS
         elif short and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
             return fit_units(WGMMA_MEDIUM, fmt)
@@ -967,10 +968,11 @@ def _wgmma_splits(blocks: int, fmt: WeightFormat, multiprocessors: int) -> int:
     return splits
 
 
-def _fewer_waves(m: int, fmt: WeightFormat, config: Config, other: Config, multiprocessors: int) -> bool:
-    """Whether ``other``'s tile (``WGMMA_THREE_GROUPS``) covers ``m`` rows in fewer waves times channels a block than
-    ``config``'s, by ``THREE_GROUPS_COST``, both tiles of the same rows and one block an SM, and ``other`` fits ``fmt``
-    as it is (its units a warp a multiple of ``fmt.units``)."""
+def _fewer_waves(m: int, fmt: WeightFormat, config: Config, multiprocessors: int) -> bool:
+    """Whether ``WGMMA_THREE_GROUPS`` covers ``m`` rows in fewer waves times channels a block than ``config``'s tile,
+    by ``THREE_GROUPS_COST``, both tiles of the same rows and one block an SM, and it fits ``fmt`` as it is (its units
+    a warp a multiple of ``fmt.units``)."""
+    other = WGMMA_THREE_GROUPS
     if other.block_m != config.block_m or other.units_per_warp % fmt.units:
         return False
     def cost(tile: Config) -> int:  # noqa: E306 - waves of the grid x channels a block

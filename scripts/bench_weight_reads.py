@@ -26,7 +26,7 @@ from tilus_tvm.schedules.quantized_weight import WeightFormat  # noqa: E402
 def reader(fmt: WeightFormat, warps: int, units: int, splits: int, prefetch: int):
     """The weight loads of QuantizedMatmul(fmt, warps=, units_per_warp=, split_k=, prefetch=), xored."""
     words, _, _, _, _ = kernel_layouts(fmt, warps, units, 8, dtypes.float16)
-    shape, strides = list(fmt.view_shape), list(fmt.view_strides)
+    shape, strides = list(fmt.storage_shape), list(fmt.storage_strides)
     bn = warps * units * 16
     steps = fmt.k // fmt.kt // splits
 

@@ -38,7 +38,7 @@ def test_code_position_is_the_packing_of_pack_weight(name, k, n, group):
     fmt = weight_format(name, k, n, group)
     codes = torch.randint(0, 1 << fmt.dtype.nbits, (k, n))
     storage = pack_weight(lowp.decode(codes, fmt.dtype).float(), name, group).storage
-    lanes = storage.permute(1, 0, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]: a lane's bytes
+    lanes = storage.permute(0, 1, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]: a lane's bytes
     if fmt.placement is not None:  # bit-placed blocks: the slots' codes come back by the placement
         stream = fmt.placement.unpack(lanes.reshape(fmt.granules, k // fmt.kt, 32, -1))
     else:

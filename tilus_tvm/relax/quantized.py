@@ -127,11 +127,11 @@ def dequantize_te(fmt: Any, zero_points: bool, out_dtype: str) -> Any:
 
     def compute(storage: Any, scales: Any, zeros: Any = None) -> Any:
         def byte(g: Any, s: Any, lane: Any, index: Any) -> Any:
-            word = storage[s, g, index // vector, lane, index % vector // 4]  # (k-step-major storage)
+            word = storage[g, s, index // vector, lane, index % vector // 4]
             return tirx.bitwise_and(tirx.shift_right(word, (index % 4 * 8).astype("int32")), 0xFF)
 
         def word(g: Any, s: Any, lane: Any, index: Any) -> Any:
-            return storage[s, g, index * 4 // vector, lane, index * 4 % vector // 4]
+            return storage[g, s, index * 4 // vector, lane, index * 4 % vector // 4]
 
         def placed_code(g: Any, s: Any, lane: Any, slot: Any) -> Any:
             # bit b of the slot's code sits at (word, pos) of its block, a table over the block's pairs

@@ -288,9 +288,9 @@ class QuantizedMatmul(tilus.Script):
         # same places of its two 16-bit halves, and the cast into a_layout takes a pair by one mask
         codes_layout = interleave_local(a_layout, 32 // fmt.dtype.nbits) if fmt.interleaved else a_layout
         # views that end with the split: the loads ahead of its last step are masked, not wasted
-        shape = list(fmt.view_shape)  # [granules, steps, chunks, 32, words]: the k-step-major storage's view
+        shape = list(fmt.storage_shape)
         # the view ends with the split, but steps through the whole weight: the storage's strides
-        gw = self.global_view(w_ptr, dtype=int32, shape=[shape[0], end] + shape[2:], strides=fmt.view_strides)
+        gw = self.global_view(w_ptr, dtype=int32, shape=[shape[0], end] + shape[2:], strides=fmt.storage_strides)
         ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, end * kt], strides=[fmt.k, 1])
         gs = self.global_view(s_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])  # s^T
         gz = self.global_view(z_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])
@@ -335,8 +335,7 @@ class QuantizedMatmul(tilus.Script):
         if wst:
             granules, chunks, _, vector = words.shape
             # the storage with each chunk's lanes and words as one row: TMA's innermost box of 16-byte multiples
-            gw_tma = self.global_view(w_ptr, dtype=int32, shape=[shape[0], shape[1], shape[2], 32 * vector],
-                                      strides=list(fmt.view_strides[:3]) + [1])
+            gw_tma = self.global_view(w_ptr, dtype=int32, shape=[shape[0], shape[1], shape[2], 32 * vector])
             # row-major, unswizzled: a warp reads each row of a stage whole, so no swizzle is needed against bank
             # conflicts, and TMA's unswizzled stages start on 128-byte boundaries where its 128-byte swizzle's need
             # 1024 (the k-steps of int5b at group 32, u3 and u7 at group 64 are not multiples of 1024 bytes)

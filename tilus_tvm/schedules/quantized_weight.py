@@ -21,18 +21,8 @@ consecutive units along N (2 when ``kt * nbits`` is not a multiple of 64, so tha
 are whole words; else 1) form a *granule*; a lane's codes of a granule, packed as
 :mod:`tilus_tvm.lowp` packs them, are ``P = units * kt * nbits / 16`` bytes, cut into vectors of
 ``V = gcd(P, 16)`` bytes. Storage is ``int32`` of shape
-``[K / kt, N / (16 * units), P / V, 32, V / 4]``: vector ``j`` of the 32 lanes is contiguous, so
+``[N / (16 * units), K / kt, P / V, 32, V / 4]``: vector ``j`` of the 32 lanes is contiguous, so
 each load instruction of a warp reads ``32 * V`` consecutive bytes. N is padded with code 0.
-
-The storage is k-step-major: a k-step of every granule, then the next k-step. A block's k-step (its granules side
-by side) is then one contiguous run, and the blocks that stream the weights at a time read neighbouring memory.
-Granule-major storage (each granule's k-steps one run) took 1-3% longer in every decode case measured (H100,
-k-step-major against it, three alternating rounds, same kernels, identical outputs): u4 1x8192x28672 47.1-48.0
--> 46.6-47.5 us, 1x28672x8192 47.4-48.0 -> 47.0-47.3, 1x4096x11008 15.3-15.5 -> 15.0-15.2, 16x8192x28672
-50.0-50.4 -> 48.9-49.4; fp4 e2m1 48.3-48.6 -> 47.7-48.0; int5 58.6-58.8 -> 58.3-58.5; uint6 69.2 -> 67.6-68.0; u3
-40.8-40.9 -> 40.0-40.6; uint8 16 rows 87.9-88.1 -> 85.0; the wgmma batches moved either way (u4 64x8192x28672
-78.8-83.0 -> 79.0-80.8, 128 rows 116.9-122.1 -> 116.3-118.7). The kernel views it as ``[granules, steps, ...]``
-(:attr:`WeightFormat.view_shape`, :attr:`WeightFormat.view_strides`).
 """
 from __future__ import annotations
 
@@ -162,21 +152,13 @@ class WeightFormat:
 
     @property
     def storage_shape(self) -> tuple[int, ...]:
-        """The packed storage's shape, k-step-major: ``[K / kt, granules, chunks, 32, V / 4]`` int32 words."""
-        return (self.k // self.kt, self.granules, self.chunks, LANES, self.vector_bytes // 4)
+        return (self.granules, self.k // self.kt, self.chunks, LANES, self.vector_bytes // 4)
 
     @property
-    def view_shape(self) -> tuple[int, ...]:
-        """The kernel's view of the storage, granule first: ``[granules, K / kt, chunks, 32, V / 4]``."""
-        steps, granules, *rest = self.storage_shape
-        return (granules, steps, *rest)
-
-    @property
-    def view_strides(self) -> list[int]:
-        """The strides of ``view_shape`` into the storage, in int32 words."""
+    def storage_strides(self) -> list[int]:
+        """The row-major strides of ``storage_shape``, in int32 words."""
         shape = self.storage_shape
-        strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-        return [strides[1], strides[0], *strides[2:]]
+        return [math.prod(shape[d + 1:]) for d in range(len(shape))]
 
     @property
     def per_channel(self) -> bool:
@@ -212,7 +194,7 @@ class QuantizedWeight:
 
         fmt = self.format
         units, kt = fmt.units, fmt.kt
-        lanes = self.storage.permute(1, 0, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]
+        lanes = self.storage.permute(0, 1, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]
         if fmt.placement is not None:
             codes = fmt.placement.unpack(lanes.reshape(fmt.granules, fmt.k // kt, LANES, -1))
         else:
@@ -291,7 +273,7 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None) -> Quantiz
     >>> w = torch.randint(0, 16, (256, 96)).float()
     >>> q = pack_weight(w, "uint4b", group_size=128)
     >>> q.storage.shape, torch.equal(q.codes(), w.to(torch.uint8))
-    (torch.Size([2, 6, 2, 32, 4]), True)
+    (torch.Size([6, 2, 2, 32, 4]), True)
     """
     import torch
 
@@ -325,7 +307,7 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None) -> Quantiz
     else:
         stream = lowp.pack_codes(lanes, dtype.nbits)
     stream = stream.reshape(fmt.granules, k // kt, LANES, fmt.chunks, fmt.vector_bytes)
-    storage = stream.permute(1, 0, 3, 2, 4).contiguous().view(torch.int32)  # k-step-major
+    storage = stream.permute(0, 1, 3, 2, 4).contiguous().view(torch.int32)
     return QuantizedWeight(storage, fmt)
 
 

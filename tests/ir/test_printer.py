@@ -147,7 +147,7 @@ def test_dot_config_names_its_mma_atom():
     assert print_instruction(dot) == (
         "%c: register float32[16, 8] = dot(a=%a, b=%b, c=%c, config=DotConfig(kind='mma', "
         "atom=MmaAtom(m16n8k16, a=bfloat16, b=bfloat16, c=float32), warps_m=1, warps_n=1, replicas=1, "
-        "repeat_m=1, repeat_n=1, repeat_k=1))")
+        "repeat_m=1, repeat_n=1, repeat_k=1, batch=0))")
 
 
 def test_a_new_instruction_class_prints_without_changes_to_the_printer():

@@ -27,6 +27,7 @@ from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.inst import DotConfig
 from tilus_tvm.layout.atoms import MmaAtom, get_mma_atom
 from tilus_tvm.layout.register import RegisterLayout, compose, local, register_layout, spatial
+from tilus_tvm.layout.register_ops import unsqueeze
 from tilus_tvm.passes.layout_choice import replication
 
 
@@ -93,21 +94,25 @@ def dot_layouts(config: DotConfig) -> tuple[RegisterLayout, RegisterLayout, Regi
           A = (warps_m, replicated over warps_n) . local(repeat_m, repeat_k) . atom.a_layout
           B = (replicated over warps_m, warps_n) . local(repeat_k, repeat_n) . atom.b_layout
     simt: the same with single threads in place of warps and single elements in place of atoms.
-    Groups of ``replicas`` units (outermost) compute identical results.
+    Groups of ``replicas`` units (outermost) compute identical results. A batched config (``batch`` > 0)
+    gives 3-D layouts, ``spatial(batch, 1, 1)`` over those: product ``i`` on the ``i``-th group of units.
     """
     c = config
-    rep = replication(2, c.replicas)
     a_grid = _grid(c.warps_m, c.warps_n, True, False)
     b_grid = _grid(c.warps_m, c.warps_n, False, True)
     c_grid = spatial(c.warps_m, c.warps_n)
-    a_layout = compose(compose(rep, a_grid), local(c.repeat_m, c.repeat_k))
-    b_layout = compose(compose(rep, b_grid), local(c.repeat_k, c.repeat_n))
-    c_layout = compose(compose(rep, c_grid), local(c.repeat_m, c.repeat_n))
+    a_layout = compose(a_grid, local(c.repeat_m, c.repeat_k))
+    b_layout = compose(b_grid, local(c.repeat_k, c.repeat_n))
+    c_layout = compose(c_grid, local(c.repeat_m, c.repeat_n))
     if c.kind == "mma":
         atom: MmaAtom = c.atom
-        return (compose(a_layout, atom.a_layout), compose(b_layout, atom.b_layout),
-                compose(c_layout, atom.c_layout))
-    return a_layout, b_layout, c_layout
+        a_layout, b_layout, c_layout = (compose(a_layout, atom.a_layout), compose(b_layout, atom.b_layout),
+                                        compose(c_layout, atom.c_layout))
+    layouts = (a_layout, b_layout, c_layout)
+    if c.batch:
+        layouts = tuple(compose(spatial(c.batch, 1, 1), unsqueeze(layout, 0)) for layout in layouts)
+    rep = replication(3 if c.batch else 2, c.replicas)
+    return tuple(compose(rep, layout) for layout in layouts)
 
 
 def pinned_dot_config(m: int, n: int, k: int, a_dtype: str, c_dtype: str, warps: int,

@@ -198,18 +198,23 @@ class Builder:
         self.emit(ir.Reduce(out, x, dim, op, keepdim))
         return out
 
-    def dot_operands(self, op: str, a: Any, b: Any, c: Any) -> tuple[RegisterTensor, ...]:
+    def dot_operands(self, op: str, a: Any, b: Any, c: Any, batched: bool = False) -> tuple[RegisterTensor, ...]:
         """``a`` [m, k], ``b`` [k, n] and ``c`` [m, n] as register tensors of a matrix product, checked:
-        2-D, shapes that agree, a and b of one dtype (``op`` names the instruction in errors)."""
+        2-D (``batched``: 3-D too, ``a`` [batch, m, k], ``b`` [batch, k, n], ``c`` [batch, m, n]), shapes that
+        agree, a and b of one dtype (``op`` names the instruction in errors)."""
         a, b, c = self.materialize(a), self.materialize(b), self.materialize(c)
+        ranks = (2, 3) if batched else (2,)
         for what, t in (("a", a), ("b", b), ("c", c)):
             self._require_register(op, t, what)
-            if len(t.shape) != 2:
-                raise ScriptError(f"{op}: {what} must be a 2-D register tensor, got {t.describe()}")
-        (m, k), (k2, n) = a.shape, b.shape
-        if k != k2 or tuple(c.shape) != (m, n):
+            if len(t.shape) not in ranks or len(t.shape) != len(a.shape):
+                raise ScriptError(f"{op}: {what} must be a {' or '.join(f'{r}-D' for r in ranks)} register tensor "
+                                  f"like a {list(a.shape)}, got {t.describe()}")
+        lead = tuple(a.shape[:-2])
+        (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+        if k != k2 or tuple(c.shape) != lead + (m, n) or tuple(b.shape[:-2]) != lead:
+            batch = "batch, " if lead else ""
             raise ScriptError(f"{op}: incompatible shapes a {list(a.shape)}, b {list(b.shape)}, c {list(c.shape)}: "
-                              f"expected a [m, k], b [k, n], c [m, n]")
+                              f"expected a [{batch}m, k], b [{batch}k, n], c [{batch}m, n]")
         if a.dtype != b.dtype:
             raise ScriptError(f"{op}: a and b must have the same dtype, got {a.describe()} and {b.describe()}")
         return a, b, c

@@ -160,6 +160,7 @@ class DotConfig:
     repeat_m: int = 1  # atoms (mma) or elements (simt) per warp/thread along m
     repeat_n: int = 1
     repeat_k: int = 1
+    batch: int = 0  # 0: a [m, k] @ b [k, n]; else the batch of a [batch, m, k] @ b [batch, k, n], over the outermost warps
 
 
 @dataclass(eq=False)

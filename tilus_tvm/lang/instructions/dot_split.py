@@ -28,11 +28,19 @@ class DotSplitInstructions(InstructionBase):
         rows of C: a row reduction of the result is a warp shuffle, and the result (cast to a's
         dtype) is already in the A-operand layout of a following ``dot_split`` with the same grid.
 
+        Batched: ``a`` [batch, m, k], ``b`` [batch, k, n], ``c`` [batch, m, n] compute ``batch``
+        independent products, product ``i`` on the ``i``-th group of ``warps_m * warps_n`` warps (the
+        batch is the outermost digit of the warp index; ``batch * warps_m * warps_n`` must divide the
+        block's warps). Each thread runs the same ``mma`` as for one product, so a batch over warps
+        costs nothing in the loop: it splits a reduction over warp groups (say K in halves), whose
+        partial results ``self.sum(c, dim=0)`` then adds across the warps once.
+
         >>> s = self.dot_split(q, k_t, zeros, warp_grid=(4, 1))   # doctest: +SKIP
         """
         builder = self._builder("dot_split")
-        a, b, c = builder.dot_operands("dot_split", a, b, c)
-        (m, k), n = a.shape, b.shape[1]
+        a, b, c = builder.dot_operands("dot_split", a, b, c, batched=True)
+        (m, k), n = a.shape[-2:], b.shape[-1]
+        batch = a.shape[0] if len(a.shape) == 3 else 0
         atom = _ATOMS.get((a.dtype.name, c.dtype.name))
         if atom is None:
             raise ScriptError(f"dot_split: {a.dtype.name} operands with a {c.dtype.name} accumulator have no "
@@ -41,8 +49,9 @@ class DotSplitInstructions(InstructionBase):
         if len(grid) != 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in grid):
             raise ScriptError(f"dot_split: warp_grid must be two positive ints (warps_m, warps_n), got {warp_grid!r}")
         warps = builder.num_threads // 32
-        if warps % (grid[0] * grid[1]):
-            raise ScriptError(f"dot_split: warp_grid {list(grid)} does not divide the block's {warps} warps")
+        if warps % (max(batch, 1) * grid[0] * grid[1]):
+            groups = f"a batch of {batch} x " if batch else ""
+            raise ScriptError(f"dot_split: {groups}warp_grid {list(grid)} does not divide the block's {warps} warps")
         for name, size, unit in (("m", m, atom[0] * grid[0]), ("n", n, atom[1] * grid[1]), ("k", k, atom[2])):
             if size % unit:
                 raise ScriptError(f"dot_split: {name}={size} must be a multiple of {unit} (the mma.sync atom "

@@ -89,6 +89,20 @@ def test_serial_split_reduction(m, k, n, split):
         check("uint4b", m, k, n, 128, seed=seed, config=config)
 
 
+@pytest.mark.parametrize("overrides", [{"prefetch": 2}, {"prefetch": 2, "fixed_slots": True},
+                                       {"units_per_warp": 1, "weight_ring": 4},
+                                       {"weight_stages": 3, "release_barriers": True, "fixed_slots": True},
+                                       {"stage_activations": True, "stages": 3, "split_reduce": "kernel"}])
+def test_per_channel_zero_points_in_every_split(overrides):
+    """Per-channel scales and zero points with K split in 3 (unevenly): every split subtracts the channel's one
+    zero point (the splits after the first once read past the zero points' single row), on each load path."""
+    if overrides.get("weight_stages") and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs sm_90")
+    config = Config(**{"block_m": 8, "split_k": 3, **overrides})
+    for seed in (0, 1):
+        check("uint4b", 5, 10 * 128, 264, None, zero_points=True, seed=seed, config=config)
+
+
 # Hopper's register-A wgmma: converted weights stay in registers as A, staged activations are B
 WARPGROUP_MMA = Config(warps=8, units_per_warp=1, block_m=128, stage_activations=True, stages=3, scale_weights=True,
                        warpgroup_mma=True)

@@ -543,6 +543,8 @@ class QuantizedMatmul(tilus.Script):
         """The scales (or zero points) of the groups k-step ``step`` spans, for the block's ``block_n`` channels
         from ``n0``: [block_n, groups_per_step] of ``view`` (s^T or z^T), in registers laid out as ``layout``."""
         per_step = self.fmt.groups_per_step
+        if self.fmt.per_channel:  # one value a channel for all of K (the split's first step need not be 0)
+            step = 0
         return self.load_global(view, offsets=[n0, step * per_step], shape=[block_n, per_step], layout=layout)
 
     def load_step_words(self, gw, granule0, step, words):

@@ -158,6 +158,7 @@ def config_text(config: Config) -> str:
             + (" cp.async-x" if config.warpgroup_mma and config.tma_activations is False else "")
             + (" released" if config.release_barriers else "")
             + (" fixed" if config.fixed_slots else "")
+            + (f" K/{config.k_groups} a warp group" if config.k_groups > 1 else "")
             + (" +SplitKSum" if config.split_k > 1 and config.split_reduce == "kernel" else ""))
 
 

@@ -179,6 +179,13 @@ def quantized_kernels(cuda):
                           quantized_matmul(long_a, pack_weight(long_codes, name, group), long_scales, config=config),
                           long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(group, 0)).float(),
                           5e-2)
+                for split in (1, 2):  # the 4-6-bit row with K split over two groups of warps (4 stages of 2 steps)
+                    config = replace(HOPPER_CONFIGS[0][2], k_groups=2, split_k=split)
+                    check(f"quantized_matmul {name} g{group} {m}x{n}x1024 decode TMA ring, K over two groups of "
+                          f"warps, split in {split}",
+                          quantized_matmul(long_a, pack_weight(long_codes, name, group), long_scales, config=config),
+                          long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(group, 0)).float(),
+                          5e-2)
         if m > 64 and torch.cuda.get_device_capability() == (9, 0):
             # the wgmma path with its activation stages released by barriers (no block barrier a k-step), K of
             # 8 steps through 3 stages: each stage reused, its barriers through both parities; the tile of one

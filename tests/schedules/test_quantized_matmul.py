@@ -213,6 +213,62 @@ def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
     assert (big.weight_stages, big.split_k) == (3, 2)  # (a grid that fills the SMs: the row, as before)
 
 
+def test_the_hopper_decode_row_splits_k_inside_the_block():
+    """Where the 4-6-bit decode row would split K in two over the grid, it splits it over two groups of warps of a
+    block instead (k_groups=2), up to 8 rows for 5- and 6-bit weights and 4 rows for 4-bit ones; a K split in 4, an
+    odd number of k-steps, 3-bit weights and GPUs without sm_90a keep the grid's split."""
+    def chosen(m, name, k=8192, n=28672, **kwargs):
+        config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 132, **{"wgmma": True, **kwargs})
+        return config.split_k, config.k_groups
+
+    for m in (1, 4):
+        for name in ("uint4b", "int4b", "float4_e2m1", "int5b", "uint6b", "float6_e3m2"):
+            assert chosen(m, name) == (1, 2), (m, name)
+    for m in (5, 8):
+        assert chosen(m, "int5b") == chosen(m, "uint6b") == (1, 2)
+        assert chosen(m, "uint4b") == chosen(m, "float4_e2m1") == (2, 1)
+    assert chosen(1, "uint3b") == (2, 1) and chosen(16, "uint4b") == (2, 1)
+    assert chosen(1, "uint4b", k=8192 + 128) == (2, 1)  # 65 k-steps
+    assert chosen(1, "uint4b", k=4096, n=11008) == (4, 1)
+    assert chosen(1, "uint4b", wgmma=False)[1] == 1
+
+
+def test_k_split_over_groups_of_warps():
+    """k_groups=2: blocks of twice the warps, each group converting and multiplying every other k-step of a stage
+    (TMA boxes of two k-steps; the release barriers wait for all 8 warps), the groups' partial sums added through
+    shared memory once after the loop; every configuration it cannot serve is refused by name."""
+    fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
+    row = replace(choose_config(1, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True), split_k=1)
+    assert row.k_groups == 2
+    kernel, compiled = compile_kernel(fmt, 1, row, target="sm_90a")
+    assert re.search(r"__launch_bounds__\(256", compiled.cuda_source)
+    source = compiled.cuda_source[compiled.cuda_source.rindex("__global__"):]
+    inits = re.findall(r"mbarrier_init_init_shared_b64\([^;]*\(uint\)(\d+)\);", source)
+    assert sorted(inits) == ["1"] * 3 + ["8"] * 3  # the TMA's arrival a stage; the 8 warps' releases
+    program = kernel.tile_program(1, meta(1, 1024), meta(*fmt.storage_shape, dtype=torch.int32), meta(8, 512),
+                                  meta(8, 512), meta(1, 512), meta(1, dtype=torch.float32), target="sm_90a")
+    from tilus_tvm.ir import inst as ir
+    from tilus_tvm.ir.stmt import instructions
+
+    body = list(instructions(program.body))
+    dots = [inst for inst in body if isinstance(inst, ir.DotSplit)]
+    assert dots and all(d.config.batch == 2 and d.a.shape == (2, 128, 128) for d in dots)
+    sums = [inst for inst in body if isinstance(inst, ir.Reduce)]
+    assert len(sums) == 1 and sums[0].x.shape == (2, 128, 8) and tuple(sums[0].output.shape) == (128, 8)
+    code = ptx(compiled, "sm_90a")
+    assert "cp.async.bulk.tensor.4d" in code and "mma.sync.aligned.m16n8k16" in code and "bar.sync" in code
+    for kwargs, match in (({"k_groups": 3}, "k_groups=3 must be 1, 2 or 4"),
+                          ({"k_groups": 4, "warps": 8}, "at most 16"),
+                          ({"k_groups": 2}, "needs the TMA ring of weights"),
+                          ({"k_groups": 2, "weight_stages": 3, "stage_activations": True}, "no stage_activations"),
+                          ({"k_groups": 2, "weight_stages": 3, "split_k": 3}, "8 k-steps of 128 inputs split in 3"),
+                          ({"k_groups": 4, "weight_stages": 3, "split_k": 4}, "multiple of k_groups")):
+        with pytest.raises(ScriptError, match=match):
+            QuantizedMatmul(fmt, **kwargs)
+    with pytest.raises(ScriptError, match="multiple of k_groups"):  # 3 k-steps
+        QuantizedMatmul(WeightFormat(dtypes.uint4b, 384, 512, 128), k_groups=2, weight_stages=3)
+
+
 def test_grids_short_of_the_sms_take_the_short_grid_ring():
     """On sm_90a, up to 8 rows of 3- to 8-bit weights whose grid is short of the SMs and needs more K splits than
     the rows before allow take one unit a warp, staged activations and the released TMA ring, K split until 4
@@ -577,7 +633,8 @@ def test_table_rows_for_five_and_seven_bit_weights():
     7-bit at 9-16 rows takes blocks of 8 warps where two splits suffice."""
     five = WeightFormat(dtypes.int5b, 8192, 28672, 128)
     hopper = choose_config(1, five, 132, wgmma=True)
-    assert (hopper.weight_stages, hopper.weight_ring, hopper.units_per_warp, hopper.split_k) == (3, 0, 2, 2)
+    assert (hopper.weight_stages, hopper.weight_ring, hopper.units_per_warp, hopper.split_k, hopper.k_groups) == \
+        (3, 0, 2, 1, 2)  # (K split in two inside the block: test_the_hopper_decode_row_splits_k_inside_the_block)
     assert hopper.release_barriers and hopper.fixed_slots and not hopper.stage_activations
     eight = choose_config(8, WeightFormat(dtypes.float8_e4m3, 8192, 28672, 128), 132, wgmma=True)
     assert (eight.weight_stages, eight.units_per_warp, eight.split_k, eight.stage_activations) == (3, 1, 2, True)

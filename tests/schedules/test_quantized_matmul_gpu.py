@@ -300,3 +300,22 @@ def test_wgmma_rows_split_where_the_grid_is_short_of_the_sms(name, m, k, n, grou
     assert config.warpgroup_mma and (config.warps, config.units_per_warp, config.block_m) == tile
     assert config.split_k == split and config.split_reduce == "kernel"
     check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, config=config)
+
+
+@pytest.mark.parametrize("name,m,k,n,group,zero_points,dtype,overrides", [
+    ("uint4b", 1, 2048, 512, 128, False, torch.float16, {}),
+    ("int4b", 3, 2048, 264, 32, True, torch.bfloat16, {"split_k": 2}),  # 4 groups a k-step, serial sum
+    ("uint6b", 8, 1024, 300, None, True, torch.float16, {"split_k": 2, "split_reduce": "kernel"}),  # per channel
+    ("float6_e3m2", 5, 2048, 512, 64, False, torch.float16, {"k_groups": 4}),  # 16 warps, 4 k-steps a stage
+    ("uint3b", 2, 1536, 264, 128, False, torch.float16, {"units_per_warp": 1}),
+    ("float4_e2m1", 1, 1024, 77, 128, False, torch.float16, {}),
+    ("uint4b", 4, 1024, 256, 128, True, torch.float16, {"fixed_slots": False, "release_barriers": False})])
+def test_k_split_over_groups_of_warps(name, m, k, n, group, zero_points, dtype, overrides):
+    """k_groups: the block's K split over groups of warps (a batched dot_split, one k-step a group of a stage of
+    the TMA ring), the groups' partial sums added through shared memory at the end, against torch, twice."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs sm_90")
+    config = Config(**{"units_per_warp": 2, "block_m": 8, "prefetch": 2, "weight_stages": 3, "release_barriers": True,
+                       "fixed_slots": True, "k_groups": 2, "split_k": 1, **overrides})
+    for seed in (0, 1):
+        check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, seed=seed, config=config)

@@ -56,6 +56,14 @@ thread waits for. The table takes the released ring on sm_90a for 3- to 8-bit we
 weights at 9-16 rows, where the grid fills the SMs (H100, 1x8192x28672: u4 50.0 -> 47.6 us, u3 44.0 -> 40.4; 16 rows
 u4 53.5 -> 50.7, see ``HOPPER_CONFIGS``).
 
+``k_groups=G`` (with the TMA ring, activations in registers) splits the block's K over G groups of ``warps`` warps:
+a stage of the ring holds G k-steps (one TMA box), group g converts and multiplies the g-th, every per-step tile
+gains a leading dimension of G over the outermost warp digit (a batched ``dot_split``), and after the k-loop
+``self.sum(acc, dim=0)`` adds the groups' partial sums through shared memory. The grid then needs no K split to
+keep as many warps streaming, and no split's partial sums go out to global memory and back after the weights have
+streamed: the sm_90a 4-6-bit decode row takes it where it would split K in two (H100, 1x8192x28672: u4 47.8 -> 46.2
+us, uint6 69.2 -> 67.8; see ``IN_BLOCK_SPLIT``).
+
 A step's scales (and zero points) are loaded ahead, like its activations: waiting for them in the step that
 used them cost fp4 weights 23% and u2 10% at 1x8192x28672. By default a queue keeps the current step's
 registers, loads the next step's at the start of a step and moves up by copies at its end; each copy waits for
@@ -110,21 +118,31 @@ __all__ = ["QuantizedMatmul", "SplitKSum", "Config", "quantized_matmul", "pack_w
            "QuantizedWeight", "kernel_layouts", "choose_config"]
 
 
-def kernel_layouts(fmt: WeightFormat, warps: int, units_per_warp: int, block_m: int, dtype: Any):
+def kernel_layouts(fmt: WeightFormat, warps: int, units_per_warp: int, block_m: int, dtype: Any, k_groups: int = 1):
     """(words, a, x, b, c): the layouts of one k-step: the packed weight words a thread loads
     ([granules, chunks, 32, words per vector]), the weight codes as mma A operand ([block_n, kt]), the
-    activations as loaded ([block_m, kt]) and as mma B operand ([kt, block_m]), and the accumulator."""
+    activations as loaded ([block_m, kt]) and as mma B operand ([kt, block_m]), and the accumulator.
+    With ``k_groups`` > 1, of ``k_groups`` k-steps, one a group of ``warps`` warps (the outermost digit of
+    the warp index): words [granules, k_groups, chunks, 32, words per vector], the others with a leading
+    dimension of ``k_groups`` (a batched ``dot_split``)."""
     from tilus_tvm.instructions.dot import dot_layouts
     from tilus_tvm.instructions.dot_split import split_config
     from tilus_tvm.layout.register import register_layout
     from tilus_tvm.layout.register_ops import permute
 
     block_n = warps * units_per_warp * 16
-    config = split_config(block_n, block_m, fmt.kt, as_dtype(dtype).name, "float32", (warps, 1), warps)
+    batch = k_groups if k_groups > 1 else 0
+    config = split_config(block_n, block_m, fmt.kt, as_dtype(dtype).name, "float32", (warps, 1), warps * k_groups,
+                          batch)
     a, b, c = dot_layouts(config)
     granules = units_per_warp // fmt.units
-    words = register_layout([warps * granules, fmt.chunks, 32, fmt.vector_bytes // 4],
-                            [warps, granules, fmt.chunks, 32, fmt.vector_bytes // 4], [0, 3], [1, 2, 4])
+    vector = fmt.vector_bytes // 4
+    if batch:
+        words = register_layout([warps * granules, k_groups, fmt.chunks, 32, vector],
+                                [warps, granules, k_groups, fmt.chunks, 32, vector], [2, 0, 4], [1, 3, 5])
+        return words, a, permute(b, [0, 2, 1]), b, c
+    words = register_layout([warps * granules, fmt.chunks, 32, vector],
+                            [warps, granules, fmt.chunks, 32, vector], [0, 3], [1, 2, 4])
     return words, a, permute(b, [1, 0]), b, c
 
 
@@ -187,7 +205,10 @@ class QuantizedMatmul(tilus.Script):
     other's ``wgmma`` run); ``fixed_slots``: register queues in fixed slots
     of a k-loop unrolled by their depths (module docstring); ``min_blocks``: blocks
     that must fit on an SM (``__launch_bounds__``; ptxas keeps registers below ``65536 / (min_blocks * 32 *
-    warps)``, spilling if it must; 0 lets it choose).
+    warps)``, spilling if it must; 0 lets it choose); ``k_groups``: the block's K split over that many groups of
+    ``warps`` warps (``warps * k_groups`` warps a block), group ``g`` taking k-steps ``g, g + k_groups, ...``
+    of the block's, their partial sums added across the groups once, through shared memory, at the end (the
+    TMA ring of weights, ``weight_stages``, with activations in registers; a stage holds ``k_groups`` k-steps).
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
@@ -195,7 +216,7 @@ class QuantizedMatmul(tilus.Script):
                  scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "serial",
                  min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0,
                  tma_activations: Optional[bool] = None, weight_ring: int = 0, release_barriers: bool = False,
-                 fixed_slots: bool = False):
+                 fixed_slots: bool = False, k_groups: int = 1):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -258,6 +279,18 @@ class QuantizedMatmul(tilus.Script):
         if not isinstance(fixed_slots, bool):
             raise ScriptError(f"QuantizedMatmul: fixed_slots={fixed_slots!r} must be True or False")
         self.fixed_slots = fixed_slots
+        if isinstance(k_groups, bool) or not isinstance(k_groups, int) or k_groups not in (1, 2, 4) \
+                or warps * k_groups > 16:
+            raise ScriptError(f"QuantizedMatmul: k_groups={k_groups!r} must be 1, 2 or 4, with warps * k_groups "
+                              f"(here {warps} warps a group) at most 16")
+        if k_groups > 1:
+            if not self.weight_stages or self.stage_activations or self.warpgroup_mma:
+                raise ScriptError(f"QuantizedMatmul: k_groups={k_groups} needs the TMA ring of weights (weight_stages) "
+                                  f"with activations in registers (no stage_activations, no warpgroup_mma)")
+            if steps % split_k or steps // split_k % k_groups:
+                raise ScriptError(f"QuantizedMatmul: k_groups={k_groups} needs every split's k-steps to be a multiple "
+                                  f"of k_groups: {steps} k-steps of {fmt.kt} inputs split in {split_k}")
+        self.k_groups = k_groups
         self.fold = placed_fold(fmt, dtype, self.zero_points, self.warpgroup_mma or self.scale_weights)
         if self.warpgroup_mma:
             if warps % 4 or not stage_activations or not (scale_weights or fmt.per_channel):
@@ -270,11 +303,11 @@ class QuantizedMatmul(tilus.Script):
 
     def __call__(self, m_size: int32, a_ptr: ~void, w_ptr: ~int32, s_ptr: ~void, z_ptr: ~void, out_ptr: ~void,
                  ws_ptr: ~float32):
-        fmt, dtype, warps, splits = self.fmt, self.dtype, self.warps, self.split_k
+        fmt, dtype, warps, splits, kg = self.fmt, self.dtype, self.warps, self.split_k, self.k_groups
         bm, kt = self.block_m, fmt.kt
         bn = warps * self.units_per_warp * 16
         self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(fmt.n, bn), splits]
-        self.attrs.warps = warps
+        self.attrs.warps = warps * kg
         if self.min_blocks:
             self.attrs.min_blocks_per_sm = self.min_blocks
         m0: int32 = self.blockIdx.x * bm
@@ -282,8 +315,10 @@ class QuantizedMatmul(tilus.Script):
         granule0: int32 = self.blockIdx.y * (bn // (16 * fmt.units))
         first: int32 = self.split_step(0)  # this block's split: k-steps [first, end)
         end: int32 = self.split_step(1)
-        steps = self.split_steps(first, end)
-        words, a_layout, x_layout, b_layout, c_layout = kernel_layouts(fmt, warps, self.units_per_warp, bm, dtype)
+        # the k-loop's steps: with k_groups, steps of kg k-steps, one a group of warps (tiles [kg, ...])
+        steps = self.split_steps(first, end) // kg
+        lead = [kg] if kg > 1 else []
+        words, a_layout, x_layout, b_layout, c_layout = kernel_layouts(fmt, warps, self.units_per_warp, bm, dtype, kg)
         # the words' codes in pack_weight's order: interleaved formats hold a word's A-fragment pairs at the
         # same places of its two 16-bit halves, and the cast into a_layout takes a pair by one mask
         codes_layout = interleave_local(a_layout, 32 // fmt.dtype.nbits) if fmt.interleaved else a_layout
@@ -294,7 +329,18 @@ class QuantizedMatmul(tilus.Script):
         ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, end * kt], strides=[fmt.k, 1])
         gs = self.global_view(s_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])  # s^T
         gz = self.global_view(z_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])
-        acc = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
+        per_step = fmt.groups_per_step
+        if kg > 1:  # the loop's loads of kg k-steps: views [k-step, ...] (a, s^T and z^T by k-step)
+            ga = self.global_view(a_ptr, dtype=dtype, shape=[end, m_size, kt], strides=[kt, fmt.k, 1])
+            # (per channel, every k-step has the one row of scales and zero points: a step stride of 0)
+            by_step = 0 if fmt.per_channel else per_step * fmt.n
+            gs_steps = self.global_view(s_ptr, dtype=dtype, shape=[fmt.k // kt, fmt.n, per_step],
+                                        strides=[by_step, 1, fmt.n])
+            gz_steps = self.global_view(z_ptr, dtype=dtype, shape=[fmt.k // kt, fmt.n, per_step],
+                                        strides=[by_step, 1, fmt.n])
+        else:
+            gs_steps, gz_steps = gs, gz
+        acc = self.register_tensor(dtype=float32, shape=lead + [bn, bm], layout=c_layout, init=0.0)
         sx = None
         # wgmma reads the activations from shared memory in K-major rows of at most 128 bytes: a step's tile
         # is stored as kt / chunk tiles of chunk columns
@@ -333,23 +379,23 @@ class QuantizedMatmul(tilus.Script):
         # weight_stages, in a ring of shared memory that TMA fills (one barrier a stage)
         wst = self.weight_stages
         if wst:
-            granules, chunks, _, vector = words.shape
+            granules, chunks, vector = words.shape[0], words.shape[-3], words.shape[-1]
             # the storage with each chunk's lanes and words as one row: TMA's innermost box of 16-byte multiples
             gw_tma = self.global_view(w_ptr, dtype=int32, shape=[shape[0], shape[1], shape[2], 32 * vector])
             # row-major, unswizzled: a warp reads each row of a stage whole, so no swizzle is needed against bank
             # conflicts, and TMA's unswizzled stages start on 128-byte boundaries where its 128-byte swizzle's need
             # 1024 (the k-steps of int5b at group 32, u3 and u7 at group 64 are not multiples of 1024 bytes)
-            sw = self.shared_tensor(dtype=int32, shape=[wst, granules, chunks, 32 * vector],
-                                    layout=shared_row_major(wst, granules, chunks, 32 * vector))
+            stage = [granules] + lead + [chunks, 32 * vector]  # (kg k-steps of a granule in a row, as stored)
+            sw = self.shared_tensor(dtype=int32, shape=[wst] + stage, layout=shared_row_major(wst, *stage))
             wbars = self.shared_tensor(dtype=uint64, shape=[wst])
             self.mbarrier_init(wbars, arrivals=1)
             if self.release_barriers:  # every warp releases a weight stage it has read
                 wfree = self.shared_tensor(dtype=uint64, shape=[wst])
-                self.mbarrier_init(wfree, arrivals=warps)
+                self.mbarrier_init(wfree, arrivals=warps * kg)
             for j in range(wst - 1):
                 if j < steps:
-                    self.tma_load(src=gw_tma, dst=sw[j], offsets=[granule0, first + j, 0, 0], dims=[0, 2, 3],
-                                  barrier=wbars[j])
+                    self.tma_load(src=gw_tma, dst=sw[j], offsets=[granule0, first + j * kg, 0, 0],
+                                  dims=[0, 1, 2, 3] if kg > 1 else [0, 2, 3], barrier=wbars[j])
         # Register queues (queue_depths). With fixed_slots, slot `i % depth` of a queue holds step i's registers
         # and is refilled with step i + depth's as soon as step i has used it; the k-loop is unrolled by `unroll`
         # (a multiple of every depth), so that a slot is a fixed set of registers and a load is waited for only
@@ -359,25 +405,25 @@ class QuantizedMatmul(tilus.Script):
         # loop takes more registers (that row: 52 -> 76, fewer blocks an SM, 49.8 -> 57.2 us), so the table
         # turns fixed slots on only where they measured faster (see CONFIGS).
         grouped, fixed = not fmt.per_channel, self.fixed_slots
-        per_step = fmt.groups_per_step
         # their scales (and zero points) [block_n, per_step]: a thread holds all the groups of its channels, so that a
         # group's column broadcasts over the weights (or the dot) with no exchange between threads
-        group_layout = compose(reduce(c_layout, [1], keepdims=True), local(1, per_step)) if per_step > 1 else None
+        group_layout = compose(reduce(c_layout, [len(lead) + 1], keepdims=True), local(*[1] * len(lead), 1, per_step)) \
+            if per_step > 1 else None
         wq, xq, sq, zq, unroll = self.queue_depths()
         wslots, xslots, sslots, zslots = [], [], [], []
         for j in list(range(wq)):
             wslots.append(self.load_step_words(gw, granule0, first + j, words))
         for j in list(range(xq)):
-            xslots.append(self.load_global(ga, offsets=[m0, (first + j) * kt], shape=[bm, kt], layout=x_layout))
+            xslots.append(self.load_step_activations(ga, m0, first + j * kg, x_layout))
         for j in list(range(sq)):
-            sslots.append(self.load_step_groups(gs, n0, first + j, bn, group_layout))
+            sslots.append(self.load_step_groups(gs_steps, n0, first + j * kg, bn, group_layout))
         for j in list(range(zq)):
-            zslots.append(self.load_step_groups(gz, n0, first + j, bn, group_layout))
+            zslots.append(self.load_step_groups(gz_steps, n0, first + j * kg, bn, group_layout))
         for round_ in range((steps + unroll - 1) // unroll):
             for u in list(range(unroll)):
                 i = round_ * unroll + u
                 if i < steps:  # (always, where unroll divides steps: the condition folds away)
-                    step = first + i
+                    step = first + i * kg
                     if wst:
                         self.mbarrier_wait(wbars[i % wst], i // wst % 2)  # step i's weights have landed
                         if not self.release_barriers:
@@ -389,7 +435,8 @@ class QuantizedMatmul(tilus.Script):
                             after = (wfree[(i + wst - 1) % wst], ((i + wst - 1) // wst + 1) % 2) \
                                 if self.release_barriers else None
                             self.tma_load(src=gw_tma, dst=sw[(i + wst - 1) % wst],
-                                          offsets=[granule0, step + wst - 1, 0, 0], dims=[0, 2, 3],
+                                          offsets=[granule0, step + (wst - 1) * kg, 0, 0],
+                                          dims=[0, 1, 2, 3] if kg > 1 else [0, 2, 3],
                                           barrier=wbars[(i + wst - 1) % wst], after=after)
                         w_now = self.load_shared(self.reshape_shared(sw[i % wst], list(words.shape)), layout=words)
                         if self.release_barriers:
@@ -431,11 +478,11 @@ class QuantizedMatmul(tilus.Script):
                             w_now = self.load_shared(sring[i % ring], layout=words)
                     else:
                         if not fixed:
-                            x_new = self.load_global(ga, offsets=[m0, (step + 1) * kt], shape=[bm, kt], layout=x_layout)
+                            x_new = self.load_step_activations(ga, m0, step + kg, x_layout)
                         x = self.view(xslots[u % xq], layout=b_layout)
                     if grouped and not fixed:
-                        s_new = self.load_step_groups(gs, n0, step + 1, bn, group_layout)
-                        z_new = self.load_step_groups(gz, n0, step + 1, bn, group_layout) if self.zero_points \
+                        s_new = self.load_step_groups(gs_steps, n0, step + kg, bn, group_layout)
+                        z_new = self.load_step_groups(gz_steps, n0, step + kg, bn, group_layout) if self.zero_points \
                             else None
                     codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
                     weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold)
@@ -465,25 +512,30 @@ class QuantizedMatmul(tilus.Script):
                         # a dot a group, each scaled in float32
                         size = kt // per_step
                         for g in list(range(per_step)):
-                            zero = self.register_tensor(dtype=float32, shape=[bn, bm], layout=c_layout, init=0.0)
+                            zero = self.register_tensor(dtype=float32, shape=lead + [bn, bm], layout=c_layout,
+                                                        init=0.0)
                             if per_step == 1:
                                 partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
                                 acc = acc + partial * self.folded(scales.to(float32))
                             else:
-                                partial = self.dot_split(weights[:, g * size:(g + 1) * size],
-                                                         x[g * size:(g + 1) * size, :], zero, warp_grid=[warps, 1])
-                                acc = acc + partial * self.folded(scales[:, g:g + 1].to(float32))
+                                cut = (slice(None),) * len(lead)  # (every k-step of the groups of warps)
+                                partial = self.dot_split(weights[cut + (slice(None), slice(g * size, (g + 1) * size))],
+                                                         x[cut + (slice(g * size, (g + 1) * size), slice(None))], zero,
+                                                         warp_grid=[warps, 1])
+                                acc = acc + partial * self.folded(scales[cut + (slice(None), slice(g, g + 1))]
+                                                                  .to(float32))
                     if release:
                         self.mbarrier_arrive(xfree[i % self.stages], per_warp=True)  # the warp's wgmma read the stage
                     elif self.stage_activations:
                         self.sync()  # every warp has read this stage before a later step refills it
                     elif fixed:  # the slot's activations are used: it takes step i + 2's
-                        self.assign(xslots[u % xq], self.load_global(ga, offsets=[m0, (step + xq) * kt],
-                                                                     shape=[bm, kt], layout=x_layout))
+                        self.assign(xslots[u % xq], self.load_step_activations(ga, m0, step + xq * kg, x_layout))
                     if grouped and fixed:  # the slot's scales (and zero points) are used: it takes step i + 2's
-                        self.assign(sslots[u % sq], self.load_step_groups(gs, n0, step + sq, bn, group_layout))
+                        self.assign(sslots[u % sq], self.load_step_groups(gs_steps, n0, step + sq * kg, bn,
+                                                                          group_layout))
                         if self.zero_points:
-                            self.assign(zslots[u % zq], self.load_step_groups(gz, n0, step + sq, bn, group_layout))
+                            self.assign(zslots[u % zq], self.load_step_groups(gz_steps, n0, step + sq * kg, bn,
+                                                                              group_layout))
                     elif not fixed:  # the queues move up a step, by copies
                         moving = []
                         if xq:
@@ -498,6 +550,9 @@ class QuantizedMatmul(tilus.Script):
                             for later in list(range(1, len(queue))):
                                 self.assign(queue[later - 1], queue[later])
                             self.assign(queue[-1], new)
+        if kg > 1:  # the groups' partial sums, added across the groups of warps (through shared memory)
+            acc = self.sum(acc, dim=0)
+            c_layout = reduce(c_layout, [0])
         if fmt.per_channel:
             acc = acc * self.folded(self.load_global(gs, offsets=[n0, 0], shape=[bn, 1]).to(float32))
         if self.stage_activations or ring:
@@ -533,19 +588,34 @@ class QuantizedMatmul(tilus.Script):
         from tilus_tvm.ir.tensor_ops import slice_assign
 
         size = self.fmt.kt // per_step
+        cut = (slice(None),) * (len(weights.shape) - 2)  # (with k_groups: every k-step of the groups of warps)
         for g in range(per_step):
-            columns = (slice(None), slice(g * size, (g + 1) * size))
-            part, value = weights[columns], values[:, g:g + 1]
+            columns = cut + (slice(None), slice(g * size, (g + 1) * size))
+            part, value = weights[columns], values[cut + (slice(None), slice(g, g + 1))]
             slice_assign(self._builder("by_group"), weights, columns, part - value if op == "sub" else part * value)
         return weights
 
     def load_step_groups(self, view, n0, step, block_n, layout):
         """The scales (or zero points) of the groups k-step ``step`` spans, for the block's ``block_n`` channels
-        from ``n0``: [block_n, groups_per_step] of ``view`` (s^T or z^T), in registers laid out as ``layout``."""
+        from ``n0``: [block_n, groups_per_step] of ``view`` (s^T or z^T), in registers laid out as ``layout``; with
+        k_groups, of k-steps ``step`` to ``step + k_groups - 1``: [k_groups, block_n, groups_per_step] of ``view``
+        [k-step, N, groups_per_step]."""
         per_step = self.fmt.groups_per_step
         if self.fmt.per_channel:  # one value a channel for all of K (the split's first step need not be 0)
             step = 0
+        if self.k_groups > 1:
+            return self.load_global(view, offsets=[step, n0, 0], shape=[self.k_groups, block_n, per_step],
+                                    layout=layout)
         return self.load_global(view, offsets=[n0, step * per_step], shape=[block_n, per_step], layout=layout)
+
+    def load_step_activations(self, ga, m0, step, layout):
+        """The activations of k-step ``step`` (the block's rows from ``m0``) in registers laid out as ``layout``:
+        [block_m, kt] of ``ga`` [M, K]; with k_groups, of k-steps ``step`` to ``step + k_groups - 1``: [k_groups,
+        block_m, kt] of ``ga`` [k-step, M, kt]."""
+        bm, kt = self.block_m, self.fmt.kt
+        if self.k_groups > 1:
+            return self.load_global(ga, offsets=[step, m0, 0], shape=[self.k_groups, bm, kt], layout=layout)
+        return self.load_global(ga, offsets=[m0, step * kt], shape=[bm, kt], layout=layout)
 
     def load_step_words(self, gw, granule0, step, words):
         """This thread's packed weight words of k-step ``step`` (the block's granules from ``granule0``), in
@@ -647,6 +717,7 @@ class Config:
     weight_ring: int = 0
     release_barriers: bool = False
     fixed_slots: bool = False
+    k_groups: int = 1
 
 
 # (the largest batch served, the weight widths in bits served or None for all, the configuration, the blocks
@@ -736,8 +807,10 @@ _SHORT_GRID_RING = Config(units_per_warp=1, block_m=8, prefetch=2, stage_activat
 # the 9-16-row ring tile (its two rows differ in the splits they allow)
 _SIXTEEN_ROW_RING = Config(block_m=16, prefetch=1, stage_activations=True, stages=2, weight_stages=3,
                            release_barriers=True, fixed_slots=True, min_blocks=4)
-HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
-                                        fixed_slots=True), 2, 4),
+# the 4-6-bit decode row's tile (see IN_BLOCK_SPLIT)
+_HOPPER_DECODE_RING = Config(units_per_warp=2, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
+                             fixed_slots=True)
+HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
                   (8, (7, 8), _SHORT_GRID_RING, 6, 2),
                   (8, (3,), Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
                                    fixed_slots=True), 6, 2),
@@ -745,6 +818,20 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), Config(units_per_warp=2, block_m=8, prefetch=2,
                   (8, (6, 7, 8), _SHORT_GRID_RING, 3, 8),
                   (16, (4, 5, 6), _SIXTEEN_ROW_RING, 2, 4),
                   (16, (7,), _SIXTEEN_ROW_RING, 2, 2))
+# K split in two inside the block instead of over the grid (k_groups=2: two groups of 4 warps, each taking every
+# other k-step of a stage of the ring, added through shared memory at the end; the grid's 224 blocks of 8 warps
+# at 1x8192x28672 in place of 448 of 4, and no split's sum to read back through global memory after the weights
+# have streamed): for the 4-6-bit decode row, up to the rows given by the weights' width. H100, A/B in one process,
+# two or three runs each, every output checked: 1x8192x28672 u4 47.8-48.1 -> 46.2-46.3 us, int4 47.5-47.7 ->
+# 46.2-46.8, fp4 e2m1 48.0 -> 46.6-46.7, uint6 69.2-69.6 -> 67.8-68.5, int5 59.5-60.4 -> 59.1-59.4; 4 rows u4 48.4-48.8
+# -> 46.8-46.9, fp4 50.1-50.3 -> 48.0-48.2, int5 60.4-60.8 -> 60.1; 8 rows int5 63.0-63.4 -> 61.4, uint6 72.7-73.6 ->
+# 69.6-70.7, but u4 53.4-54.9 -> 53.7-54.1 and fp4 53.6-54.0 -> 55.2-55.3 (so 4-bit weights take it up to 4 rows).
+# Not taken: the same split in four groups (16 warps) where the row splits K in 4 (1x4096x11008, 1x4096x12288,
+# 1x8192x10240: within 3% either way, u4 15.0-15.1 -> 14.9-15.1, int5 at 1x8192x10240 25.8-25.9 -> 26.6); both
+# splits at once (k_groups=2 and split_k=2: u4 49.7-50.1); four groups unsplit at 1x8192x28672 (u4 48.0-48.3); one
+# unit a warp in two groups (u4 57.6-57.7, uint6 66.6-67.0); 3-bit weights' one-unit row in two groups (u3 40.4-41.0
+# -> 46.5-50.3).
+IN_BLOCK_SPLIT = {4: 4, 5: 8, 6: 8}
 _KERNELS: dict = {}
 
 
@@ -930,8 +1017,18 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             blocks *= 2
             splits = _splits(blocks, wanted, fmt.k // fmt.kt)
         if max_split is None or splits <= max_split:
-            return replace(config, split_k=splits)
+            return _split_in_block(m, fmt, replace(config, split_k=splits))
     raise AssertionError("the last row of CONFIGS serves every batch")
+
+
+def _split_in_block(m: int, fmt: WeightFormat, config: Config) -> Config:
+    """``config`` with its K split in two moved into the block (``k_groups=2``, see ``IN_BLOCK_SPLIT``) where that
+    measured faster: the 4-6-bit decode row's tile, up to ``IN_BLOCK_SPLIT[nbits]`` rows, an even number of k-steps."""
+    rows = IN_BLOCK_SPLIT.get(fmt.dtype.nbits, 0)
+    if config.split_k != 2 or m > rows or replace(config, split_k=1) != _HOPPER_DECODE_RING \
+            or fmt.k // fmt.kt % 2:
+        return config
+    return replace(config, split_k=1, k_groups=2)
 
 
 def _medium_split(m: int, fmt: WeightFormat, multiprocessors: int, blocks: int, splits: int) -> Optional[Config]:

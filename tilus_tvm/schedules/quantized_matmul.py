@@ -954,7 +954,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels, or split (``THREE_GROUPS_SPLIT_MIN_STEPS``)
     where the 64-row tiles too leave SMs idle, the splits of these rows added up by SplitKSum; below that, its rows of
     ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
-    unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM): the table's
+    unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM, the 4-6-bit
+    row splitting K in two inside its blocks instead of over the grid, ``IN_BLOCK_SPLIT``): the table's
     for the batch; K is split (``split_k``, doubling) while the grid has
     fewer blocks per SM than the table's row asks (two, or six for the ring row's small blocks) and every
     split keeps at least 8 k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a row

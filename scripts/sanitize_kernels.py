@@ -9,6 +9,7 @@ under compute-sanitizer:
 
 Ragged shapes make the masked edges of loads and stores execute. Results are checked too.
 """
+import itertools
 import math
 import pathlib
 import sys
@@ -179,10 +180,13 @@ def quantized_kernels(cuda):
                           quantized_matmul(long_a, pack_weight(long_codes, name, group), long_scales, config=config),
                           long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(group, 0)).float(),
                           5e-2)
-                for split in (1, 2):  # the 4-6-bit row with K split over two groups of warps (4 stages of 2 steps)
-                    config = replace(HOPPER_CONFIGS[0][2], k_groups=2, split_k=split)
+                # the tiles with K split over two groups of warps (4 stages of 2 steps; the 9-16-row tile's
+                # activations staged one tile a group)
+                from tilus_tvm.schedules.quantized_matmul import IN_BLOCK_SPLIT
+                for (tile, _, _, changes), split in itertools.product(IN_BLOCK_SPLIT, (1, 2)):
+                    config = replace(tile, k_groups=2, split_k=split, **changes)
                     check(f"quantized_matmul {name} g{group} {m}x{n}x1024 decode TMA ring, K over two groups of "
-                          f"warps, split in {split}",
+                          f"warps, split in {split}{', staged' if config.stage_activations else ''}",
                           quantized_matmul(long_a, pack_weight(long_codes, name, group), long_scales, config=config),
                           long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(group, 0)).float(),
                           5e-2)

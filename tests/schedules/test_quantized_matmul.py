@@ -215,8 +215,9 @@ def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
 
 def test_the_hopper_decode_row_splits_k_inside_the_block():
     """Where the 4-6-bit decode row would split K in two over the grid, it splits it over two groups of warps of a
-    block instead (k_groups=2), up to 8 rows for 5- and 6-bit weights and 4 rows for 4-bit ones; a K split in 4, an
-    odd number of k-steps, 3-bit weights and GPUs without sm_90a keep the grid's split."""
+    block instead (k_groups=2), up to 8 rows for 5- and 6-bit weights and 4 rows for 4-bit ones; so does the 9-16-row
+    ring tile for 4-bit weights (asking two blocks an SM); a K split in 4, an odd number of k-steps, 3-bit weights,
+    5-7-bit weights at 9-16 rows and GPUs without sm_90a keep the grid's split."""
     def chosen(m, name, k=8192, n=28672, **kwargs):
         config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 132, **{"wgmma": True, **kwargs})
         return config.split_k, config.k_groups
@@ -227,7 +228,17 @@ def test_the_hopper_decode_row_splits_k_inside_the_block():
     for m in (5, 8):
         assert chosen(m, "int5b") == chosen(m, "uint6b") == (1, 2)
         assert chosen(m, "uint4b") == chosen(m, "float4_e2m1") == (2, 1)
-    assert chosen(1, "uint3b") == (2, 1) and chosen(16, "uint4b") == (2, 1)
+    assert chosen(1, "uint3b") == (2, 1)
+    for m in (9, 12, 16):
+        assert chosen(m, "uint4b") == chosen(m, "float4_e2m1") == (1, 2), m
+        assert chosen(m, "int5b") == chosen(m, "uint6b") == chosen(m, "uint7b") == (2, 1), m
+        assert chosen(m, "uint4b", k=4096, n=11008) == (4, 1), m
+    sixteen = choose_config(16, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True)
+    assert (sixteen.stage_activations, sixteen.block_m, sixteen.min_blocks) == (True, 16, 2)
+    for group, split in ((64, (1, 2)), (32, (2, 1)), (None, (1, 2))):  # (groups of 32: four a k-step, kept split)
+        fmt = WeightFormat(dtypes.uint4b, 8192, 28672, group or 8192)
+        config = choose_config(16, fmt, 132, wgmma=True)
+        assert (config.split_k, config.k_groups) == split, group
     assert chosen(1, "uint4b", k=8192 + 128) == (2, 1)  # 65 k-steps
     assert chosen(1, "uint4b", k=4096, n=11008) == (4, 1)
     assert chosen(1, "uint4b", wgmma=False)[1] == 1
@@ -260,7 +271,7 @@ def test_k_split_over_groups_of_warps():
     for kwargs, match in (({"k_groups": 3}, "k_groups=3 must be 1, 2 or 4"),
                           ({"k_groups": 4, "warps": 8}, "at most 16"),
                           ({"k_groups": 2}, "needs the TMA ring of weights"),
-                          ({"k_groups": 2, "weight_stages": 3, "stage_activations": True}, "no stage_activations"),
+                          ({"k_groups": 2, "weight_ring": 3}, "needs the TMA ring of weights"),
                           ({"k_groups": 2, "weight_stages": 3, "split_k": 3}, "8 k-steps of 128 inputs split in 3"),
                           ({"k_groups": 4, "weight_stages": 3, "split_k": 4}, "multiple of k_groups")):
         with pytest.raises(ScriptError, match=match):
@@ -614,17 +625,18 @@ def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
 
 def test_nine_to_sixteen_row_rows_ask_for_four_blocks_an_sm():
     """The 9-16-row rows (2- and 3-bit weights, and on sm_90a the TMA ring of 4- to 7-bit weights) launch with at most
-    128 registers a thread, so that 4 blocks fit an SM where k-steps of several groups would take more; the decode
-    rows up to 8 rows do not."""
-    for name, group, wgmma in (("uint2b", 32, False), ("uint3b", 128, True), ("uint4b", 32, True),
-                               ("int5b", 128, True)):
-        fmt = WeightFormat(dtypes.as_dtype(name), 8192, 28672, group)
+    128 registers a thread, so that 4 blocks fit an SM where k-steps of several groups would take more (2 blocks of
+    twice the warps where K is split inside the block); the decode rows up to 8 rows do not."""
+    for name, group, wgmma, k, n in (("uint2b", 32, False, 8192, 28672), ("uint3b", 128, True, 8192, 28672),
+                                     ("uint4b", 32, True, 8192, 28672), ("int5b", 128, True, 8192, 28672)):
+        fmt = WeightFormat(dtypes.as_dtype(name), k, n, group)
         config = choose_config(16, fmt, 132, wgmma=wgmma)
         assert config.min_blocks == 4 and config.block_m == 16, (name, group, config)
         assert choose_config(1, fmt, 132, wgmma=wgmma).min_blocks == 0
-    fmt = WeightFormat(dtypes.uint4b, 8192, 28672, 32)
-    kernel, compiled = compile_kernel(fmt, 16, choose_config(16, fmt, 132, wgmma=True), target="sm_90a")
-    assert "__launch_bounds__(128, 4)" in compiled.cuda_source
+    for k, n, group, bounds in ((4096, 11008, 32, "(128, 4)"), (8192, 28672, 128, "(256, 2)")):
+        fmt = WeightFormat(dtypes.uint4b, k, n, group)
+        kernel, compiled = compile_kernel(fmt, 16, choose_config(16, fmt, 132, wgmma=True), target="sm_90a")
+        assert f"__launch_bounds__{bounds}" in compiled.cuda_source
 
 
 def test_table_rows_for_five_and_seven_bit_weights():
@@ -665,7 +677,9 @@ def test_table_rows_for_five_and_seven_bit_weights():
     assert (short.weight_stages, short.stage_activations, short.split_k) == (3, True, 4)
     for name in ("uint4b", "int5b", "float6_e2m3", "uint7b"):  # 9-16 rows: the ring, activations staged two deep
         wide = choose_config(16, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True)
-        assert (wide.weight_stages, wide.stage_activations, wide.stages, wide.split_k, wide.warps) == (3, True, 2, 2, 4)
+        # (4-bit weights: K split in two inside the block, see test_the_hopper_decode_row_splits_k_inside_the_block)
+        assert (wide.weight_stages, wide.stage_activations, wide.stages, wide.split_k * wide.k_groups, wide.warps) \
+            == (3, True, 2, 2, 4)
     for name in ("uint8", "uint3b"):
         assert not choose_config(16, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True).weight_stages
     # 86 tiles at 16x4096x11008: the ring with K split in 4 (test_the_hopper_decode_row_splits_grids_smaller_than_the_sms)

@@ -309,7 +309,15 @@ def test_wgmma_rows_split_where_the_grid_is_short_of_the_sms(name, m, k, n, grou
     ("float6_e3m2", 5, 2048, 512, 64, False, torch.float16, {"k_groups": 4}),  # 16 warps, 4 k-steps a stage
     ("uint3b", 2, 1536, 264, 128, False, torch.float16, {"units_per_warp": 1}),
     ("float4_e2m1", 1, 1024, 77, 128, False, torch.float16, {}),
-    ("uint4b", 4, 1024, 256, 128, True, torch.float16, {"fixed_slots": False, "release_barriers": False})])
+    ("uint4b", 4, 1024, 256, 128, True, torch.float16, {"fixed_slots": False, "release_barriers": False}),
+    # activations staged by cp.async (a stage: one [block_m, kt] tile a group), read by ldmatrix through a permuted view
+    ("uint4b", 16, 2048, 512, 128, False, torch.float16, {"block_m": 16, "stage_activations": True, "stages": 2}),
+    ("int5b", 12, 2048, 264, 32, True, torch.bfloat16, {"block_m": 16, "stage_activations": True, "stages": 2,
+                                                         "split_k": 2, "min_blocks": 4}),
+    ("float6_e2m3", 9, 1024, 300, None, True, torch.float16, {"block_m": 16, "stage_activations": True, "stages": 3,
+                                                                "k_groups": 4}),
+    ("uint7b", 16, 2048, 320, 64, False, torch.float16, {"block_m": 16, "stage_activations": True, "stages": 2,
+                                                          "prefetch": 1, "fixed_slots": False})])
 def test_k_split_over_groups_of_warps(name, m, k, n, group, zero_points, dtype, overrides):
     """k_groups: the block's K split over groups of warps (a batched dot_split, one k-step a group of a stage of
     the TMA ring), the groups' partial sums added through shared memory at the end, against torch, twice."""

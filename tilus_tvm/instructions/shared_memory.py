@@ -9,7 +9,9 @@ x4, x2 or x1, with or without ``.trans``; mma operand layouts are), the elements
 without ``.trans``), and each 16-byte row of the fragment contiguous and aligned in shared memory
 (unit stride along the tile's last dimension, a swizzle that moves 16-byte units whole). Then
 each warp issues one ``ldmatrix`` per outer register group, lane ``l`` passing the address of row
-``l % 8`` of matrix ``l // 8``. Otherwise each thread reads the elements of its register slots.
+``l % 8`` of matrix ``l // 8``. A batch of tiles (dimensions before the last two, held by the outer
+layout alone, say over groups of warps) loads the same way, each ``ldmatrix`` within one tile.
+Otherwise each thread reads the elements of its register slots.
 Stores are made by the first replica of each element only.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.layout.atoms import get_ldmatrix_atom
 from tilus_tvm.layout.register import RegisterLayout, column_spatial, compose, local, spatial
-from tilus_tvm.layout.register_ops import divide, permute
+from tilus_tvm.layout.register_ops import divide, permute, unsqueeze
 from tilus_tvm.lowp import is_packed
 
 
@@ -44,6 +46,7 @@ class LdmatrixPlan:
     atom: Any  # LdmatrixAtom or ReorderedLdmatrix
     outer: RegisterLayout
     transposed: bool
+    lead: int = 0  # dimensions before the last two (a batch of tiles): the outer layout's alone
 
     def tile_index(self, warp: Any, group: int, lane: Any) -> list:
         """The tile index whose address ``lane`` of ``warp`` passes for register group ``group``."""
@@ -51,9 +54,10 @@ class LdmatrixPlan:
             origin = self.outer.logical(warp, group)
         else:
             origin = logical_index(self.outer, warp, group)
-        address = self.atom.lane_address(lane)
-        stored = [o * extent + a for o, extent, a in zip(origin, self.atom.shape, address)]
-        return stored[::-1] if self.transposed else stored
+        address = (0,) * self.lead + tuple(self.atom.lane_address(lane))
+        extents = (1,) * self.lead + tuple(self.atom.shape)
+        stored = [o * extent + a for o, extent, a in zip(origin, extents, address)]
+        return stored[:self.lead] + stored[self.lead:][::-1] if self.transposed else stored
 
 
 @dataclass(frozen=True)
@@ -112,27 +116,29 @@ def ldmatrix_plan(inst: ir.LoadShared, layout=None, analyzer: Any = None) -> Opt
     or None when it cannot."""
     out, src = inst.output, inst.src
     bits = out.dtype.nbits
-    if bits not in (8, 16) or out.layout is None or len(out.shape) != 2 or out.layout.num_threads % 32:
+    if bits not in (8, 16) or out.layout is None or len(out.shape) < 2 or out.layout.num_threads % 32:
         return None
+    lead = len(out.shape) - 2  # (a batch of tiles: each ldmatrix within one of them)
     layout = layout if layout is not None else src.resolved_layout()
     row = 128 // bits  # elements of one 16-byte row
     orientations = []
     for transposed, tile_dim in ((False, 1), (True, 0)):
-        dim = inst.dims[tile_dim]
+        dim = inst.dims[lead + tile_dim]
         if layout is None or _rows_fit(src, layout, dim, inst.offsets[dim], row, analyzer):
             orientations.append(transposed)
     for transposed in orientations:
-        stored_layout = permute(out.layout, [1, 0]) if transposed else out.layout
+        stored_layout = permute(out.layout, list(range(lead)) + [lead + 1, lead]) if transposed else out.layout
         for num in (4, 2, 1):
             for trans in (False, True):
                 if trans and bits != 16:
                     continue
                 for atom in _atoms(num, trans, bits):
                     try:
-                        outer = divide(stored_layout, atom.layout)
+                        outer = divide(stored_layout, unsqueeze(atom.layout, list(range(lead))) if lead
+                                       else atom.layout)
                     except LayoutError:
                         continue
-                    return LdmatrixPlan(atom, outer, transposed)
+                    return LdmatrixPlan(atom, outer, transposed, lead)
     return None
 
 

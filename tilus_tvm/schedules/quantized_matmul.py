@@ -56,13 +56,15 @@ thread waits for. The table takes the released ring on sm_90a for 3- to 8-bit we
 weights at 9-16 rows, where the grid fills the SMs (H100, 1x8192x28672: u4 50.0 -> 47.6 us, u3 44.0 -> 40.4; 16 rows
 u4 53.5 -> 50.7, see ``HOPPER_CONFIGS``).
 
-``k_groups=G`` (with the TMA ring, activations in registers) splits the block's K over G groups of ``warps`` warps:
-a stage of the ring holds G k-steps (one TMA box), group g converts and multiplies the g-th, every per-step tile
-gains a leading dimension of G over the outermost warp digit (a batched ``dot_split``), and after the k-loop
-``self.sum(acc, dim=0)`` adds the groups' partial sums through shared memory. The grid then needs no K split to
-keep as many warps streaming, and no split's partial sums go out to global memory and back after the weights have
-streamed: the sm_90a 4-6-bit decode row takes it where it would split K in two (H100, 1x8192x28672: u4 47.8 -> 46.2
-us, uint6 69.2 -> 67.8; see ``IN_BLOCK_SPLIT``).
+``k_groups=G`` (with the TMA ring; activations in registers, or staged by cp.async, a stage then holding one
+[block_m, kt] tile a group, read by ldmatrix through a permuted view) splits the block's K over G groups of
+``warps`` warps: a stage of the ring holds G k-steps (one TMA box), group g converts and multiplies the g-th,
+every per-step tile gains a leading dimension of G over the outermost warp digit (a batched ``dot_split``), and
+after the k-loop ``self.sum(acc, dim=0)`` adds the groups' partial sums through shared memory. The grid then needs
+no K split to keep as many warps streaming, and no split's partial sums go out to global memory and back after the
+weights have streamed: the sm_90a 4-6-bit decode row takes it where it would split K in two (H100, 1x8192x28672:
+u4 47.8 -> 46.2 us, uint6 69.2 -> 67.8), and so does the 9-16-row ring row for 4-bit weights (16 rows u4 50.0-50.5
+-> 49.3-50.1; see ``IN_BLOCK_SPLIT``).
 
 A step's scales (and zero points) are loaded ahead, like its activations: waiting for them in the step that
 used them cost fp4 weights 23% and u2 10% at 1x8192x28672. By default a queue keeps the current step's
@@ -208,7 +210,8 @@ class QuantizedMatmul(tilus.Script):
     warps)``, spilling if it must; 0 lets it choose); ``k_groups``: the block's K split over that many groups of
     ``warps`` warps (``warps * k_groups`` warps a block), group ``g`` taking k-steps ``g, g + k_groups, ...``
     of the block's, their partial sums added across the groups once, through shared memory, at the end (the
-    TMA ring of weights, ``weight_stages``, with activations in registers; a stage holds ``k_groups`` k-steps).
+    TMA ring of weights, ``weight_stages``, whose stages then hold ``k_groups`` k-steps, as do the activations'
+    stages with ``stage_activations``).
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
@@ -284,9 +287,9 @@ class QuantizedMatmul(tilus.Script):
             raise ScriptError(f"QuantizedMatmul: k_groups={k_groups!r} must be 1, 2 or 4, with warps * k_groups "
                               f"(here {warps} warps a group) at most 16")
         if k_groups > 1:
-            if not self.weight_stages or self.stage_activations or self.warpgroup_mma:
+            if not self.weight_stages or self.warpgroup_mma:
                 raise ScriptError(f"QuantizedMatmul: k_groups={k_groups} needs the TMA ring of weights (weight_stages) "
-                                  f"with activations in registers (no stage_activations, no warpgroup_mma)")
+                                  f"and mma.sync (no warpgroup_mma)")
             if steps % split_k or steps // split_k % k_groups:
                 raise ScriptError(f"QuantizedMatmul: k_groups={k_groups} needs every split's k-steps to be a multiple "
                                   f"of k_groups: {steps} k-steps of {fmt.kt} inputs split in {split_k}")
@@ -331,7 +334,8 @@ class QuantizedMatmul(tilus.Script):
         gz = self.global_view(z_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])
         per_step = fmt.groups_per_step
         if kg > 1:  # the loop's loads of kg k-steps: views [k-step, ...] (a, s^T and z^T by k-step)
-            ga = self.global_view(a_ptr, dtype=dtype, shape=[end, m_size, kt], strides=[kt, fmt.k, 1])
+            if not self.stage_activations:  # (staged, each group's tile is copied from [M, K] on its own)
+                ga = self.global_view(a_ptr, dtype=dtype, shape=[end, m_size, kt], strides=[kt, fmt.k, 1])
             # (per channel, every k-step has the one row of scales and zero points: a step stride of 0)
             by_step = 0 if fmt.per_channel else per_step * fmt.n
             gs_steps = self.global_view(s_ptr, dtype=dtype, shape=[fmt.k // kt, fmt.n, per_step],
@@ -351,7 +355,8 @@ class QuantizedMatmul(tilus.Script):
         release = tma_x and self.release_barriers  # (with cp.async activations: the block barrier a step)
         ring = self.weight_ring
         if self.stage_activations:
-            sx = self.shared_tensor(dtype=dtype, shape=[self.stages, kt // chunk, bm, chunk])
+            # (with k_groups, a stage holds the kg k-steps' tiles, one a group of warps)
+            sx = self.shared_tensor(dtype=dtype, shape=[self.stages, kg if kg > 1 else kt // chunk, bm, chunk])
         if ring:  # each thread's own words of a k-step, in the order of `words`: its loads read them back
             sring = self.shared_tensor(dtype=int32, shape=[ring] + list(words.shape))
             for j in range(ring - 1):  # (with staged activations, one group a step holds both)
@@ -373,7 +378,7 @@ class QuantizedMatmul(tilus.Script):
                     if s < steps:
                         self.stage_activation_tile(ga_tma, sx, s, m0, first + s, chunk, xbars[s])
                 else:
-                    self.stage_activation_tile(ga, sx, s, m0, first + s, chunk)
+                    self.stage_activation_tile(ga, sx, s, m0, first + s * kg, chunk)
                     self.copy_async_commit_group()
         # the weights of the next `prefetch` steps are in flight while a step computes: in registers, or with
         # weight_stages, in a ring of shared memory that TMA fills (one barrier a stage)
@@ -466,13 +471,16 @@ class QuantizedMatmul(tilus.Script):
                         self.mbarrier_wait(xbars[i % self.stages], i // self.stages % 2)
                     elif self.stage_activations:
                         stage_ahead = i + self.stages - 1
-                        self.stage_activation_tile(ga, sx, stage_ahead % self.stages, m0, first + stage_ahead, chunk)
+                        self.stage_activation_tile(ga, sx, stage_ahead % self.stages, m0, first + stage_ahead * kg,
+                                                   chunk)
                         self.copy_async_commit_group()
                         self.copy_async_wait_group(self.stages - 1)
                         if self.warpgroup_mma:
                             self.fence_proxy_async()
                         self.sync()
-                        if not self.warpgroup_mma:
+                        if kg > 1:  # [kg, kt, block_m]: group g's k-step
+                            x = self.load_shared(sx[i % self.stages].permute([0, 2, 1]), layout=b_layout)
+                        elif not self.warpgroup_mma:
                             x = self.load_shared(sx[i % self.stages, 0].transpose(), layout=b_layout)
                         if ring:
                             w_now = self.load_shared(sring[i % ring], layout=words)
@@ -660,6 +668,10 @@ class QuantizedMatmul(tilus.Script):
         """The activations of k-step ``step`` (rows from ``m0``) into ``sx[stage]``, ``chunk`` columns a tile:
         by TMA signalling ``barrier`` (once ``after``, a barrier and phase, if given), or (None) by ``cp.async``."""
         kt = self.fmt.kt
+        if self.k_groups > 1:  # k-steps step .. step + k_groups - 1, one a tile (chunk is kt)
+            for g in list(range(self.k_groups)):
+                self.copy_async(src=ga, dst=sx[stage, g], offsets=[m0, (step + g) * kt])
+            return
         for h in list(range(kt // chunk)):
             offsets = [m0, step * kt + h * chunk]
             if barrier is None:
@@ -831,7 +843,20 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
 # splits at once (k_groups=2 and split_k=2: u4 49.7-50.1); four groups unsplit at 1x8192x28672 (u4 48.0-48.3); one
 # unit a warp in two groups (u4 57.6-57.7, uint6 66.6-67.0); 3-bit weights' one-unit row in two groups (u3 40.4-41.0
 # -> 46.5-50.3).
-IN_BLOCK_SPLIT = {4: 4, 5: 8, 6: 8}
+# The 9-16-row ring tile takes it for 4-bit weights in groups of 64 inputs or more (each group's activations staged a
+# tile a stage), with two blocks of 8 warps an SM asked (min_blocks=2: at 4, 64 registers a thread, they spill: u4
+# 63-64 us). H100, A/B in one process, two calls of three runs, every output checked: 16x8192x28672 u4 50.0-50.5 ->
+# 49.3-50.1 and 49.7-50.4 -> 48.9-49.2 us, fp4 e2m1 50.6-51.1 -> 49.8-50.3 and 50.3-50.4 -> 49.9-50.2, int4 50.1-50.2
+# -> 50.1-50.7; 12 rows u4 48.9-49.5 -> 48.5-49.1, fp4 49.0-49.8 -> 48.4-49.5; 9 rows u4 48.3-48.5 -> 48.5-48.8; group
+# 64 u4 51.8-51.9 -> 50.0-50.3, fp4 51.9-52.2 -> 49.8-50.2. Not taken: groups of 32 (four a k-step: the 128 registers
+# spill 40 bytes; u4 57.9-58.3 -> 59.1-59.6, fp4 61.5-62.0 -> 61.5-62.4), 5-7-bit weights (16 rows int5 61.2-62.0 ->
+# 63.1-63.4, uint6 71.9-72.1 -> 72.5-72.8, uint7 82.7-84.4 -> 83.6-85.3), three blocks an SM (u4 61.0-62.0), groups
+# of 2 warps (u4 50.6-52.5), where the row splits K in 4 (16x4096x11008 u4 17.3 -> 20.2-20.4 in two groups and a
+# split in two, 18.6 in four groups).
+# (the tile, the most rows that take the split by the weights' width in bits, the most scale groups a k-step, the
+# tile's changes with it)
+IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 4, 5: 8, 6: 8}, None, {}),
+                  (_SIXTEEN_ROW_RING, {4: 16}, 2, {"min_blocks": 2}))
 _KERNELS: dict = {}
 
 
@@ -955,7 +980,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     where the 64-row tiles too leave SMs idle, the splits of these rows added up by SplitKSum; below that, its rows of
     ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
     unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM, the 4-6-bit
-    row splitting K in two inside its blocks instead of over the grid, ``IN_BLOCK_SPLIT``): the table's
+    row (and the 9-16-row ring row for 4-bit weights) splitting K in two inside its blocks instead of over the grid,
+    ``IN_BLOCK_SPLIT``): the table's
     for the batch; K is split (``split_k``, doubling) while the grid has
     fewer blocks per SM than the table's row asks (two, or six for the ring row's small blocks) and every
     split keeps at least 8 k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a row
@@ -1024,12 +1050,15 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
 
 def _split_in_block(m: int, fmt: WeightFormat, config: Config) -> Config:
     """``config`` with its K split in two moved into the block (``k_groups=2``, see ``IN_BLOCK_SPLIT``) where that
-    measured faster: the 4-6-bit decode row's tile, up to ``IN_BLOCK_SPLIT[nbits]`` rows, an even number of k-steps."""
-    rows = IN_BLOCK_SPLIT.get(fmt.dtype.nbits, 0)
-    if config.split_k != 2 or m > rows or replace(config, split_k=1) != _HOPPER_DECODE_RING \
-            or fmt.k // fmt.kt % 2:
+    measured faster: the tiles listed there, up to their rows for the weights' width and their scale groups a k-step,
+    an even number of k-steps."""
+    if config.split_k != 2 or fmt.k // fmt.kt % 2:
         return config
-    return replace(config, split_k=1, k_groups=2)
+    for tile, rows, groups, changes in IN_BLOCK_SPLIT:
+        if replace(config, split_k=1) == tile and m <= rows.get(fmt.dtype.nbits, 0) \
+                and (groups is None or fmt.groups_per_step <= groups):
+            return replace(config, split_k=1, k_groups=2, **changes)
+    return config
 
 
 def _medium_split(m: int, fmt: WeightFormat, multiprocessors: int, blocks: int, splits: int) -> Optional[Config]:

@@ -391,6 +391,7 @@ class QuantizedMatmul(tilus.Script):
             # conflicts, and TMA's unswizzled stages start on 128-byte boundaries where its 128-byte swizzle's need
             # 1024 (the k-steps of int5b at group 32, u3 and u7 at group 64 are not multiples of 1024 bytes)
             stage = [granules] + lead + [chunks, 32 * vector]  # (kg k-steps of a granule in a row, as stored)
+            box_dims = [0, 1, 2, 3] if kg > 1 else [0, 2, 3]  # (the storage's dimensions a stage keeps)
             sw = self.shared_tensor(dtype=int32, shape=[wst] + stage, layout=shared_row_major(wst, *stage))
             wbars = self.shared_tensor(dtype=uint64, shape=[wst])
             self.mbarrier_init(wbars, arrivals=1)
@@ -400,7 +401,7 @@ class QuantizedMatmul(tilus.Script):
             for j in range(wst - 1):
                 if j < steps:
                     self.tma_load(src=gw_tma, dst=sw[j], offsets=[granule0, first + j * kg, 0, 0],
-                                  dims=[0, 1, 2, 3] if kg > 1 else [0, 2, 3], barrier=wbars[j])
+                                  dims=box_dims, barrier=wbars[j])
         # Register queues (queue_depths). With fixed_slots, slot `i % depth` of a queue holds step i's registers
         # and is refilled with step i + depth's as soon as step i has used it; the k-loop is unrolled by `unroll`
         # (a multiple of every depth), so that a slot is a fixed set of registers and a load is waited for only
@@ -441,7 +442,7 @@ class QuantizedMatmul(tilus.Script):
                                 if self.release_barriers else None
                             self.tma_load(src=gw_tma, dst=sw[(i + wst - 1) % wst],
                                           offsets=[granule0, step + (wst - 1) * kg, 0, 0],
-                                          dims=[0, 1, 2, 3] if kg > 1 else [0, 2, 3],
+                                          dims=box_dims,
                                           barrier=wbars[(i + wst - 1) % wst], after=after)
                         w_now = self.load_shared(self.reshape_shared(sw[i % wst], list(words.shape)), layout=words)
                         if self.release_barriers:

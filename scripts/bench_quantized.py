@@ -48,7 +48,7 @@ from tilus_tvm.schedules.quantized_matmul import (WGMMA_CONFIGS, WGMMA_MEDIUM, W
 TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "int5b", "uint6b", "uint7b", "uint8", "float8_e4m3", "float6_e3m2",
          "float6_e2m3", "float4_e2m1"]  # every width from 2 to 8 bits
 GROUP = 128
-DECODE = [(1, 8192, 28672), (16, 8192, 28672),
+DECODE = [(1, 8192, 28672), (8, 8192, 28672), (16, 8192, 28672),
           (1, 4096, 12288), (1, 4096, 11008), (1, 11008, 4096),  # 7B: fused qkv, gate/up, down
           (1, 8192, 10240), (1, 28672, 8192)]  # 70B: fused qkv, down
 PREFILL = [(64, 8192, 28672), (128, 8192, 28672), (256, 8192, 28672), (64, 4096, 11008), (256, 4096, 11008),

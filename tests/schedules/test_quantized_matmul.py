@@ -215,19 +215,20 @@ def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
 
 def test_the_hopper_decode_row_splits_k_inside_the_block():
     """Where the 4-6-bit decode row would split K in two over the grid, it splits it over two groups of warps of a
-    block instead (k_groups=2), up to 8 rows for 5- and 6-bit weights and 4 rows for 4-bit ones; so does the 9-16-row
-    ring tile for 4-bit weights (asking two blocks an SM); a K split in 4, an odd number of k-steps, 3-bit weights,
-    5-7-bit weights at 9-16 rows and GPUs without sm_90a keep the grid's split."""
+    block instead (k_groups=2, its activations staged, two blocks an SM asked), up to 8 rows; so does the 9-16-row
+    ring tile for 4-bit weights in groups of 64 or more; a K split in 4, an odd number of k-steps, 3-, 7- and 8-bit
+    weights, 5-7-bit weights at 9-16 rows and GPUs without sm_90a keep the grid's split."""
     def chosen(m, name, k=8192, n=28672, **kwargs):
         config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 132, **{"wgmma": True, **kwargs})
         return config.split_k, config.k_groups
 
-    for m in (1, 4):
+    for m in (1, 4, 5, 8):
         for name in ("uint4b", "int4b", "float4_e2m1", "int5b", "uint6b", "float6_e3m2"):
             assert chosen(m, name) == (1, 2), (m, name)
-    for m in (5, 8):
-        assert chosen(m, "int5b") == chosen(m, "uint6b") == (1, 2)
-        assert chosen(m, "uint4b") == chosen(m, "float4_e2m1") == (2, 1)
+        decode = choose_config(m, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True)
+        assert (decode.block_m, decode.stage_activations, decode.stages, decode.prefetch, decode.min_blocks) == \
+            (8, True, 2, 1, 2)
+        assert chosen(m, "uint7b") == chosen(m, "uint8") == (2, 1), m
     assert chosen(1, "uint3b") == (2, 1)
     for m in (9, 12, 16):
         assert chosen(m, "uint4b") == chosen(m, "float4_e2m1") == (1, 2), m
@@ -626,13 +627,15 @@ def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
 def test_nine_to_sixteen_row_rows_ask_for_four_blocks_an_sm():
     """The 9-16-row rows (2- and 3-bit weights, and on sm_90a the TMA ring of 4- to 7-bit weights) launch with at most
     128 registers a thread, so that 4 blocks fit an SM where k-steps of several groups would take more (2 blocks of
-    twice the warps where K is split inside the block); the decode rows up to 8 rows do not."""
+    twice the warps where K is split inside the block); the decode rows up to 8 rows ask for none, or 2 blocks of 8
+    warps where they split K inside the block."""
     for name, group, wgmma, k, n in (("uint2b", 32, False, 8192, 28672), ("uint3b", 128, True, 8192, 28672),
                                      ("uint4b", 32, True, 8192, 28672), ("int5b", 128, True, 8192, 28672)):
         fmt = WeightFormat(dtypes.as_dtype(name), k, n, group)
         config = choose_config(16, fmt, 132, wgmma=wgmma)
         assert config.min_blocks == 4 and config.block_m == 16, (name, group, config)
-        assert choose_config(1, fmt, 132, wgmma=wgmma).min_blocks == 0
+        decode = choose_config(1, fmt, 132, wgmma=wgmma)
+        assert decode.min_blocks == (2 if decode.k_groups > 1 else 0), (name, group, decode)
     for k, n, group, bounds in ((4096, 11008, 32, "(128, 4)"), (8192, 28672, 128, "(256, 2)")):
         fmt = WeightFormat(dtypes.uint4b, k, n, group)
         kernel, compiled = compile_kernel(fmt, 16, choose_config(16, fmt, 132, wgmma=True), target="sm_90a")
@@ -647,7 +650,7 @@ def test_table_rows_for_five_and_seven_bit_weights():
     hopper = choose_config(1, five, 132, wgmma=True)
     assert (hopper.weight_stages, hopper.weight_ring, hopper.units_per_warp, hopper.split_k, hopper.k_groups) == \
         (3, 0, 2, 1, 2)  # (K split in two inside the block: test_the_hopper_decode_row_splits_k_inside_the_block)
-    assert hopper.release_barriers and hopper.fixed_slots and not hopper.stage_activations
+    assert hopper.release_barriers and hopper.fixed_slots and hopper.stage_activations  # (staged with k_groups)
     eight = choose_config(8, WeightFormat(dtypes.float8_e4m3, 8192, 28672, 128), 132, wgmma=True)
     assert (eight.weight_stages, eight.units_per_warp, eight.split_k, eight.stage_activations) == (3, 1, 2, True)
     assert not choose_config(1, WeightFormat(dtypes.uint2b, 8192, 28672, 128), 132, wgmma=True).weight_stages

@@ -62,9 +62,9 @@ u4 53.5 -> 50.7, see ``HOPPER_CONFIGS``).
 every per-step tile gains a leading dimension of G over the outermost warp digit (a batched ``dot_split``), and
 after the k-loop ``self.sum(acc, dim=0)`` adds the groups' partial sums through shared memory. The grid then needs
 no K split to keep as many warps streaming, and no split's partial sums go out to global memory and back after the
-weights have streamed: the sm_90a 4-6-bit decode row takes it where it would split K in two (H100, 1x8192x28672:
-u4 47.8 -> 46.2 us, uint6 69.2 -> 67.8), and so does the 9-16-row ring row for 4-bit weights (16 rows u4 50.0-50.5
--> 49.3-50.1; see ``IN_BLOCK_SPLIT``).
+weights have streamed: the sm_90a 4-6-bit decode row takes it where it would split K in two, its activations
+then staged (H100, 1x8192x28672: u4 47.8 -> 46.2 us, uint6 69.2 -> 67.8; 8 rows u4 53.8-55.1 -> 46.6-46.7), and so
+does the 9-16-row ring row for 4-bit weights (16 rows u4 50.0-50.5 -> 49.3-50.1; see ``IN_BLOCK_SPLIT``).
 
 A step's scales (and zero points) are loaded ahead, like its activations: waiting for them in the step that
 used them cost fp4 weights 23% and u2 10% at 1x8192x28672. By default a queue keeps the current step's
@@ -834,29 +834,39 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
 # K split in two inside the block instead of over the grid (k_groups=2: two groups of 4 warps, each taking every
 # other k-step of a stage of the ring, added through shared memory at the end; the grid's 224 blocks of 8 warps
 # at 1x8192x28672 in place of 448 of 4, and no split's sum to read back through global memory after the weights
-# have streamed): for the 4-6-bit decode row, up to the rows given by the weights' width. H100, A/B in one process,
-# two or three runs each, every output checked: 1x8192x28672 u4 47.8-48.1 -> 46.2-46.3 us, int4 47.5-47.7 ->
-# 46.2-46.8, fp4 e2m1 48.0 -> 46.6-46.7, uint6 69.2-69.6 -> 67.8-68.5, int5 59.5-60.4 -> 59.1-59.4; 4 rows u4 48.4-48.8
-# -> 46.8-46.9, fp4 50.1-50.3 -> 48.0-48.2, int5 60.4-60.8 -> 60.1; 8 rows int5 63.0-63.4 -> 61.4, uint6 72.7-73.6 ->
-# 69.6-70.7, but u4 53.4-54.9 -> 53.7-54.1 and fp4 53.6-54.0 -> 55.2-55.3 (so 4-bit weights take it up to 4 rows).
-# Not taken: the same split in four groups (16 warps) where the row splits K in 4 (1x4096x11008, 1x4096x12288,
+# have streamed), where the 4-6-bit decode row and, for 4-bit weights, the 9-16-row ring row would split K in two.
+# The decode row's activations in registers at first: H100, A/B in one process, two or three runs each, every
+# output checked: 1x8192x28672 u4 47.8-48.1 -> 46.2-46.3 us, int4 47.5-47.7 -> 46.2-46.8, fp4 e2m1 48.0 -> 46.6-46.7,
+# uint6 69.2-69.6 -> 67.8-68.5, int5 59.5-60.4 -> 59.1-59.4; 4 rows u4 48.4-48.8 -> 46.8-46.9, fp4 50.1-50.3 ->
+# 48.0-48.2; 8 rows int5 63.0-63.4 -> 61.4, uint6 72.7-73.6 -> 69.6-70.7, but u4 53.4-54.9 -> 53.7-54.1 and fp4
+# 53.6-54.0 -> 55.2-55.3. Then with its activations staged by cp.async (a [block_m, kt] tile a group a stage, two
+# stages, one k-step of weights ahead; two blocks of 8 warps asked an SM, min_blocks=2: 80 registers a thread at u4
+# group 128 against 96), against that row, same method, three runs: 8 rows u4 53.8-55.1 -> 46.6-46.7, fp4 54.6-55.0
+# -> 47.3, int5 61.4-61.7 -> 59.6-59.8, uint6 70.0-70.2 -> 69.0-69.1 (uint7 79.4-79.7 -> 79.3-79.8, uint8 85.7-85.9 ->
+# 86.7-87.0: their rows stay); 5 rows u4 50.1-50.3 -> 46.1-46.5, fp4 49.9-50.1 -> 46.8-47.1, int5 59.7-60.1 ->
+# 59.1-59.6, uint6 69.2-69.4 -> 68.7-69.0; 4 rows u4 47.0-47.2 -> 46.1-46.4, fp4 48.0-48.1 -> 47.0-47.2, uint6 69.7-69.8
+# -> 68.9-69.0, int5 the same; 1 and 2 rows the same for the four types (u4 46.2-46.8 -> 46.2-47.0, uint6 69.0-69.3 ->
+# 68.5-69.0). With prefetch=2 the same; without min_blocks, or three stages, 0.3-1 us slower. The 16-row tile (block_m
+# 16) at 8 rows: u4 48.3-48.6.
+# The 9-16-row ring tile takes it for 4-bit weights in groups of 64 inputs or more, with two blocks of 8 warps an SM
+# asked (min_blocks=2: at 4, 64 registers a thread, they spill: u4 63-64 us). H100, A/B in one process, two calls of
+# three runs, every output checked: 16x8192x28672 u4 50.0-50.5 -> 49.3-50.1 and 49.7-50.4 -> 48.9-49.2 us, fp4 e2m1
+# 50.6-51.1 -> 49.8-50.3 and 50.3-50.4 -> 49.9-50.2, int4 50.1-50.2 -> 50.1-50.7; 12 rows u4 48.9-49.5 -> 48.5-49.1,
+# fp4 49.0-49.8 -> 48.4-49.5; 9 rows u4 48.3-48.5 -> 48.5-48.8; group 64 u4 51.8-51.9 -> 50.0-50.3, fp4 51.9-52.2 ->
+# 49.8-50.2.
+# Not taken: the same split in four groups (16 warps) where the decode row splits K in 4 (1x4096x11008, 1x4096x12288,
 # 1x8192x10240: within 3% either way, u4 15.0-15.1 -> 14.9-15.1, int5 at 1x8192x10240 25.8-25.9 -> 26.6); both
 # splits at once (k_groups=2 and split_k=2: u4 49.7-50.1); four groups unsplit at 1x8192x28672 (u4 48.0-48.3); one
 # unit a warp in two groups (u4 57.6-57.7, uint6 66.6-67.0); 3-bit weights' one-unit row in two groups (u3 40.4-41.0
-# -> 46.5-50.3).
-# The 9-16-row ring tile takes it for 4-bit weights in groups of 64 inputs or more (each group's activations staged a
-# tile a stage), with two blocks of 8 warps an SM asked (min_blocks=2: at 4, 64 registers a thread, they spill: u4
-# 63-64 us). H100, A/B in one process, two calls of three runs, every output checked: 16x8192x28672 u4 50.0-50.5 ->
-# 49.3-50.1 and 49.7-50.4 -> 48.9-49.2 us, fp4 e2m1 50.6-51.1 -> 49.8-50.3 and 50.3-50.4 -> 49.9-50.2, int4 50.1-50.2
-# -> 50.1-50.7; 12 rows u4 48.9-49.5 -> 48.5-49.1, fp4 49.0-49.8 -> 48.4-49.5; 9 rows u4 48.3-48.5 -> 48.5-48.8; group
-# 64 u4 51.8-51.9 -> 50.0-50.3, fp4 51.9-52.2 -> 49.8-50.2. Not taken: groups of 32 (four a k-step: the 128 registers
-# spill 40 bytes; u4 57.9-58.3 -> 59.1-59.6, fp4 61.5-62.0 -> 61.5-62.4), 5-7-bit weights (16 rows int5 61.2-62.0 ->
-# 63.1-63.4, uint6 71.9-72.1 -> 72.5-72.8, uint7 82.7-84.4 -> 83.6-85.3), three blocks an SM (u4 61.0-62.0), groups
-# of 2 warps (u4 50.6-52.5), where the row splits K in 4 (16x4096x11008 u4 17.3 -> 20.2-20.4 in two groups and a
-# split in two, 18.6 in four groups).
+# -> 46.5-50.3); at 9-16 rows groups of 32 (four a k-step: the 128 registers spill 40 bytes; u4 57.9-58.3 ->
+# 59.1-59.6, fp4 61.5-62.0 -> 61.5-62.4), 5-7-bit weights (16 rows int5 61.2-62.0 -> 63.1-63.4, uint6 71.9-72.1 ->
+# 72.5-72.8, uint7 82.7-84.4 -> 83.6-85.3), three blocks an SM (u4 61.0-62.0), groups of 2 warps (u4 50.6-52.5), and
+# where the row splits K in 4 (16x4096x11008 u4 17.3 -> 20.2-20.4 in two groups and a split in two, 18.6 in four
+# groups).
 # (the tile, the most rows that take the split by the weights' width in bits, the most scale groups a k-step, the
 # tile's changes with it)
-IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 4, 5: 8, 6: 8}, None, {}),
+IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None,
+                   {"stage_activations": True, "stages": 2, "prefetch": 1, "min_blocks": 2}),
                   (_SIXTEEN_ROW_RING, {4: 16}, 2, {"min_blocks": 2}))
 _KERNELS: dict = {}
 

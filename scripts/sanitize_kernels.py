@@ -183,8 +183,8 @@ def quantized_kernels(cuda):
                 # the tiles with K split over two groups of warps (4 stages of 2 steps; the 9-16-row tile's
                 # activations staged one tile a group)
                 from tilus_tvm.schedules.quantized_matmul import IN_BLOCK_SPLIT
-                for (tile, _, _, changes), split in itertools.product(IN_BLOCK_SPLIT, (1, 2)):
-                    config = replace(tile, k_groups=2, split_k=split, **changes)
+                for tile, split in itertools.product(dict.fromkeys(row[3] for row in IN_BLOCK_SPLIT), (1, 2)):
+                    config = replace(tile, split_k=split)
                     check(f"quantized_matmul {name} g{group} {m}x{n}x1024 decode TMA ring, K over two groups of "
                           f"warps, split in {split}{', staged' if config.stage_activations else ''}",
                           quantized_matmul(long_a, pack_weight(long_codes, name, group), long_scales, config=config),

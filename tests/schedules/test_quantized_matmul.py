@@ -215,21 +215,23 @@ def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
 
 def test_the_hopper_decode_row_splits_k_inside_the_block():
     """Where the 4-6-bit decode row would split K in two over the grid, it splits it over two groups of warps of a
-    block instead (k_groups=2, its activations staged, two blocks an SM asked), up to 8 rows; so does the 9-16-row
-    ring tile for 4-bit weights in groups of 64 or more; a K split in 4, an odd number of k-steps, 3-, 7- and 8-bit
-    weights, 5-7-bit weights at 9-16 rows and GPUs without sm_90a keep the grid's split."""
-    def chosen(m, name, k=8192, n=28672, **kwargs):
-        config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 132, **{"wgmma": True, **kwargs})
+    block instead (k_groups=2, its activations staged, two blocks an SM asked), up to 8 rows, and so do the 2- and
+    3-bit rows in groups of 128 (the same tile in their place); so does the 9-16-row ring tile for 4-bit weights in
+    groups of 64 or more; a K split in 4, an odd number of k-steps, 7- and 8-bit weights, 2-3-bit weights in smaller
+    groups, 5-7-bit weights at 9-16 rows and GPUs without sm_90a keep the grid's split."""
+    def chosen(m, name, k=8192, n=28672, group=128, **kwargs):
+        config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group), 132, **{"wgmma": True, **kwargs})
         return config.split_k, config.k_groups
 
     for m in (1, 4, 5, 8):
-        for name in ("uint4b", "int4b", "float4_e2m1", "int5b", "uint6b", "float6_e3m2"):
+        for name in ("uint4b", "int4b", "float4_e2m1", "int5b", "uint6b", "float6_e3m2", "uint3b", "int3b", "uint2b"):
             assert chosen(m, name) == (1, 2), (m, name)
-        decode = choose_config(m, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True)
-        assert (decode.block_m, decode.stage_activations, decode.stages, decode.prefetch, decode.min_blocks) == \
-            (8, True, 2, 1, 2)
+            decode = choose_config(m, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True)
+            assert (decode.units_per_warp, decode.block_m, decode.stage_activations, decode.stages, decode.prefetch,
+                    decode.min_blocks) == (2, 8, True, 2, 1, 2), (m, name)
         assert chosen(m, "uint7b") == chosen(m, "uint8") == (2, 1), m
-    assert chosen(1, "uint3b") == (2, 1)
+        assert chosen(m, "uint3b", group=64) == chosen(m, "uint2b", group=32) == (2, 1), m
+    assert chosen(1, "uint2b", wgmma=False) == (2, 1)
     for m in (9, 12, 16):
         assert chosen(m, "uint4b") == chosen(m, "float4_e2m1") == (1, 2), m
         assert chosen(m, "int5b") == chosen(m, "uint6b") == chosen(m, "uint7b") == (2, 1), m
@@ -653,9 +655,11 @@ def test_table_rows_for_five_and_seven_bit_weights():
     assert hopper.release_barriers and hopper.fixed_slots and hopper.stage_activations  # (staged with k_groups)
     eight = choose_config(8, WeightFormat(dtypes.float8_e4m3, 8192, 28672, 128), 132, wgmma=True)
     assert (eight.weight_stages, eight.units_per_warp, eight.split_k, eight.stage_activations) == (3, 1, 2, True)
-    assert not choose_config(1, WeightFormat(dtypes.uint2b, 8192, 28672, 128), 132, wgmma=True).weight_stages
-    three = WeightFormat(dtypes.uint3b, 8192, 28672, 128)
-    for m in (1, 4, 8):  # one unit a warp (896 blocks split in two), activations in registers
+    # 2-bit weights: the register row (where it splits K in two, groups of 128: the staged ring in two groups of warps,
+    # test_the_hopper_decode_row_splits_k_inside_the_block)
+    assert not choose_config(1, WeightFormat(dtypes.uint2b, 8192, 28672, 64), 132, wgmma=True).weight_stages
+    three = WeightFormat(dtypes.uint3b, 8192, 28672, 64)
+    for m in (1, 4, 8):  # one unit a warp (896 blocks split in two), activations in registers (group 128: in groups)
         u3 = choose_config(m, three, 132, wgmma=True)
         assert (u3.weight_stages, u3.weight_ring, u3.units_per_warp, u3.split_k, u3.stage_activations) == (3, 0, 1, 2,
                                                                                                             False)

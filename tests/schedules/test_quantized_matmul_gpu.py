@@ -316,6 +316,9 @@ def test_wgmma_rows_split_where_the_grid_is_short_of_the_sms(name, m, k, n, grou
     ("int5b", 5, 2048, 264, 32, True, torch.bfloat16, {"stage_activations": True, "stages": 2, "prefetch": 1,
                                                         "split_k": 2}),
     ("uint6b", 1, 1024, 300, None, True, torch.float16, {"stage_activations": True, "stages": 3}),
+    ("uint3b", 8, 2048, 512, 128, False, torch.float16, {"stage_activations": True, "stages": 2, "prefetch": 1,
+                                                          "min_blocks": 2}),  # (the 2-3-bit rows' place too)
+    ("uint2b", 3, 2048, 264, None, True, torch.bfloat16, {"stage_activations": True, "stages": 2, "prefetch": 1}),
     ("uint4b", 16, 2048, 512, 128, False, torch.float16, {"block_m": 16, "stage_activations": True, "stages": 2}),
     ("int5b", 12, 2048, 264, 32, True, torch.bfloat16, {"block_m": 16, "stage_activations": True, "stages": 2,
                                                          "split_k": 2, "min_blocks": 4}),

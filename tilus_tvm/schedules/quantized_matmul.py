@@ -791,9 +791,10 @@ class Config:
 # blocks an SM, 1.13 waves of the 448 blocks. H100, 16x8192x28672, two runs each: u4 g32 70.9-71.6 -> 57.7-58.3
 # us, u4 g64 66.6-67.2 -> 51.8-52.2, u3 g32 84.9-85.3 -> 60.9-62.5, u3 g64 55.3 -> 53.3-53.5; group 128 (u2 to
 # u7) and 12 rows measured the same.
+_REGISTER_DECODE = Config(block_m=8, prefetch=2)  # (the decode row of 2-bit weights and of GPUs without TMA)
 CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, weight_ring=4), 6, 2),
            (8, (6, 7, 8), Config(block_m=8, prefetch=2, stage_activations=True, stages=3), 2, None),
-           (8, None, Config(block_m=8, prefetch=2), 2, None),
+           (8, None, _REGISTER_DECODE, 2, None),
            (16, (4,), Config(block_m=16, prefetch=2, stage_activations=True, stages=3), 2, None),
            (16, (7,), Config(warps=8, block_m=16, prefetch=1, stage_activations=True, stages=3), 1, 2),
            (16, (2, 3), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, min_blocks=4), 2, None),
@@ -823,10 +824,11 @@ _SIXTEEN_ROW_RING = Config(block_m=16, prefetch=1, stage_activations=True, stage
 # the 4-6-bit decode row's tile (see IN_BLOCK_SPLIT)
 _HOPPER_DECODE_RING = Config(units_per_warp=2, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
                              fixed_slots=True)
+_THREE_BIT_RING = Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
+                         fixed_slots=True)
 HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
                   (8, (7, 8), _SHORT_GRID_RING, 6, 2),
-                  (8, (3,), Config(units_per_warp=1, block_m=8, prefetch=2, weight_stages=3, release_barriers=True,
-                                   fixed_slots=True), 6, 2),
+                  (8, (3,), _THREE_BIT_RING, 6, 2),
                   (8, (3, 4, 5), _SHORT_GRID_RING, 4, 8),
                   (8, (6, 7, 8), _SHORT_GRID_RING, 3, 8),
                   (16, (4, 5, 6), _SIXTEEN_ROW_RING, 2, 4),
@@ -863,11 +865,19 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
 # 72.5-72.8, uint7 82.7-84.4 -> 83.6-85.3), three blocks an SM (u4 61.0-62.0), groups of 2 warps (u4 50.6-52.5), and
 # where the row splits K in 4 (16x4096x11008 u4 17.3 -> 20.2-20.4 in two groups and a split in two, 18.6 in four
 # groups).
-# (the tile, the most rows that take the split by the weights' width in bits, the most scale groups a k-step, the
-# tile's changes with it)
-IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None,
-                   {"stage_activations": True, "stages": 2, "prefetch": 1, "min_blocks": 2}),
-                  (_SIXTEEN_ROW_RING, {4: 16}, 2, {"min_blocks": 2}))
+# The same staged tile in two groups took the 2- and 3-bit decode rows' place where they split K in two (the register
+# row, and 3-bit weights' one-unit ring), same method, three runs: 1x8192x28672 u3 40.7-41.5 -> 39.0-39.2 us, u2
+# 35.3-35.5 -> 34.5-34.7; 4 rows u3 48.9-49.2 -> 39.2-39.4, u2 37.0-37.7 -> 34.6-34.8; 8 rows u3 77.5-77.8 -> 39.1-39.6,
+# u2 50.8-52.4 -> 35.8-35.9 (one unit a warp in the groups: u3 41.6-43.3, u2 36.8-39.6); measured at group 128 only,
+# so taken for one scale group a k-step (group 128, or per channel).
+_STAGED_DECODE_GROUPS = replace(_HOPPER_DECODE_RING, stage_activations=True, stages=2, prefetch=1, min_blocks=2,
+                                k_groups=2)
+# (the tile split in two over the grid, the most rows that take the split inside the block by the weights' width in
+# bits, the most scale groups a k-step, the tile taken instead)
+IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None, _STAGED_DECODE_GROUPS),
+                  (_THREE_BIT_RING, {3: 8}, 1, _STAGED_DECODE_GROUPS),
+                  (_REGISTER_DECODE, {2: 8}, 1, _STAGED_DECODE_GROUPS),
+                  (_SIXTEEN_ROW_RING, {4: 16}, 2, replace(_SIXTEEN_ROW_RING, k_groups=2, min_blocks=2)))
 _KERNELS: dict = {}
 
 
@@ -1055,20 +1065,20 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             blocks *= 2
             splits = _splits(blocks, wanted, fmt.k // fmt.kt)
         if max_split is None or splits <= max_split:
-            return _split_in_block(m, fmt, replace(config, split_k=splits))
+            return _split_in_block(m, fmt, replace(config, split_k=splits), wgmma)
     raise AssertionError("the last row of CONFIGS serves every batch")
 
 
-def _split_in_block(m: int, fmt: WeightFormat, config: Config) -> Config:
+def _split_in_block(m: int, fmt: WeightFormat, config: Config, tma: bool) -> Config:
     """``config`` with its K split in two moved into the block (``k_groups=2``, see ``IN_BLOCK_SPLIT``) where that
     measured faster: the tiles listed there, up to their rows for the weights' width and their scale groups a k-step,
-    an even number of k-steps."""
-    if config.split_k != 2 or fmt.k // fmt.kt % 2:
+    an even number of k-steps, on a GPU with TMA (``tma``: sm_90a) for its ring of weights."""
+    if not tma or config.split_k != 2 or fmt.k // fmt.kt % 2:
         return config
-    for tile, rows, groups, changes in IN_BLOCK_SPLIT:
+    for tile, rows, groups, split_tile in IN_BLOCK_SPLIT:
         if replace(config, split_k=1) == tile and m <= rows.get(fmt.dtype.nbits, 0) \
                 and (groups is None or fmt.groups_per_step <= groups):
-            return replace(config, split_k=1, k_groups=2, **changes)
+            return split_tile
     return config
 
 

@@ -62,9 +62,10 @@ u4 53.5 -> 50.7, see ``HOPPER_CONFIGS``).
 every per-step tile gains a leading dimension of G over the outermost warp digit (a batched ``dot_split``), and
 after the k-loop ``self.sum(acc, dim=0)`` adds the groups' partial sums through shared memory. The grid then needs
 no K split to keep as many warps streaming, and no split's partial sums go out to global memory and back after the
-weights have streamed: the sm_90a 4-6-bit decode row takes it where it would split K in two, its activations
-then staged (H100, 1x8192x28672: u4 47.8 -> 46.2 us, uint6 69.2 -> 67.8; 8 rows u4 53.8-55.1 -> 46.6-46.7), and so
-does the 9-16-row ring row for 4-bit weights (16 rows u4 50.0-50.5 -> 49.3-50.1; see ``IN_BLOCK_SPLIT``).
+weights have streamed: on sm_90a the decode rows of 2- to 6-bit weights take it where they would split K in two,
+activations staged (H100, 1x8192x28672: u4 47.8 -> 46.2 us, uint6 69.2 -> 67.8, u3 40.7-41.5 -> 39.0-39.2; 8 rows
+u4 53.8-55.1 -> 46.6-46.7, u3 77.5-77.8 -> 39.1-39.6), and so does the 9-16-row ring row for 4-bit weights (16 rows
+u4 50.0-50.5 -> 49.3-50.1; see ``IN_BLOCK_SPLIT``).
 
 A step's scales (and zero points) are loaded ahead, like its activations: waiting for them in the step that
 used them cost fp4 weights 23% and u2 10% at 1x8192x28672. By default a queue keeps the current step's
@@ -1000,9 +1001,9 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels, or split (``THREE_GROUPS_SPLIT_MIN_STEPS``)
     where the 64-row tiles too leave SMs idle, the splits of these rows added up by SplitKSum; below that, its rows of
     ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
-    unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM, the 4-6-bit
-    row (and the 9-16-row ring row for 4-bit weights) splitting K in two inside its blocks instead of over the grid,
-    ``IN_BLOCK_SPLIT``): the table's
+    unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM; the decode
+    rows of 2-6-bit weights (and the 9-16-row ring row for 4-bit weights) split K in two inside their blocks instead
+    of over the grid, ``IN_BLOCK_SPLIT``): the table's
     for the batch; K is split (``split_k``, doubling) while the grid has
     fewer blocks per SM than the table's row asks (two, or six for the ring row's small blocks) and every
     split keeps at least 8 k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a row

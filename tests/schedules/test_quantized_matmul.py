@@ -216,9 +216,9 @@ def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
 def test_the_hopper_decode_row_splits_k_inside_the_block():
     """Where the 4-6-bit decode row would split K in two over the grid, it splits it over two groups of warps of a
     block instead (k_groups=2, its activations staged, two blocks an SM asked), up to 8 rows, and so do the 2- and
-    3-bit rows in groups of 128 (the same tile in their place); so does the 9-16-row ring tile for 4-bit weights in
-    groups of 64 or more; a K split in 4, an odd number of k-steps, 7- and 8-bit weights, 2-3-bit weights in smaller
-    groups, 5-7-bit weights at 9-16 rows and GPUs without sm_90a keep the grid's split."""
+    3-bit rows (the same tile in their place, a ring of 4 k-steps for 2-bit weights); so does the 9-16-row ring tile
+    for 4-bit weights in groups of 64 or more; a K split in 4, an odd number of k-steps, 7- and 8-bit weights, 2-7-bit
+    weights but 4-bit at 9-16 rows and GPUs without sm_90a keep the grid's split."""
     def chosen(m, name, k=8192, n=28672, group=128, **kwargs):
         config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group), 132, **{"wgmma": True, **kwargs})
         return config.split_k, config.k_groups
@@ -228,13 +228,16 @@ def test_the_hopper_decode_row_splits_k_inside_the_block():
             assert chosen(m, name) == (1, 2), (m, name)
             decode = choose_config(m, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True)
             assert (decode.units_per_warp, decode.block_m, decode.stage_activations, decode.stages, decode.prefetch,
-                    decode.min_blocks) == (2, 8, True, 2, 1, 2), (m, name)
+                    decode.min_blocks, decode.weight_stages) == (2, 8, True, 2, 1, 2, 4 if name == "uint2b" else 3), \
+                (m, name)
         assert chosen(m, "uint7b") == chosen(m, "uint8") == (2, 1), m
-        assert chosen(m, "uint3b", group=64) == chosen(m, "uint2b", group=32) == (2, 1), m
-    assert chosen(1, "uint2b", wgmma=False) == (2, 1)
+        for group in (32, 64):
+            assert chosen(m, "uint3b", group=group) == chosen(m, "uint2b", group=group) == (1, 2), (m, group)
+    assert chosen(1, "uint2b", wgmma=False) == chosen(1, "uint3b", group=64, wgmma=False) == (2, 1)
     for m in (9, 12, 16):
         assert chosen(m, "uint4b") == chosen(m, "float4_e2m1") == (1, 2), m
         assert chosen(m, "int5b") == chosen(m, "uint6b") == chosen(m, "uint7b") == (2, 1), m
+        assert chosen(m, "uint2b") == chosen(m, "uint3b") == (2, 1), m
         assert chosen(m, "uint4b", k=4096, n=11008) == (4, 1), m
     sixteen = choose_config(16, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True)
     assert (sixteen.stage_activations, sixteen.block_m, sixteen.min_blocks) == (True, 16, 2)
@@ -655,11 +658,11 @@ def test_table_rows_for_five_and_seven_bit_weights():
     assert hopper.release_barriers and hopper.fixed_slots and hopper.stage_activations  # (staged with k_groups)
     eight = choose_config(8, WeightFormat(dtypes.float8_e4m3, 8192, 28672, 128), 132, wgmma=True)
     assert (eight.weight_stages, eight.units_per_warp, eight.split_k, eight.stage_activations) == (3, 1, 2, True)
-    # 2-bit weights: the register row (where it splits K in two, groups of 128: the staged ring in two groups of warps,
+    # 2-bit weights: the register row (where it splits K in two: the staged ring in two groups of warps,
     # test_the_hopper_decode_row_splits_k_inside_the_block)
-    assert not choose_config(1, WeightFormat(dtypes.uint2b, 8192, 28672, 64), 132, wgmma=True).weight_stages
-    three = WeightFormat(dtypes.uint3b, 8192, 28672, 64)
-    for m in (1, 4, 8):  # one unit a warp (896 blocks split in two), activations in registers (group 128: in groups)
+    assert not choose_config(1, WeightFormat(dtypes.uint2b, 4096, 11008, 64), 132, wgmma=True).weight_stages
+    three = WeightFormat(dtypes.uint3b, 8192 + 128, 28672, 64)  # (65 k-steps: K stays split over the grid)
+    for m in (1, 4, 8):  # one unit a warp (896 blocks split in two), activations in registers (even k-steps: in groups)
         u3 = choose_config(m, three, 132, wgmma=True)
         assert (u3.weight_stages, u3.weight_ring, u3.units_per_warp, u3.split_k, u3.stage_activations) == (3, 0, 1, 2,
                                                                                                             False)

@@ -318,6 +318,10 @@ def test_wgmma_rows_split_where_the_grid_is_short_of_the_sms(name, m, k, n, grou
     ("uint6b", 1, 1024, 300, None, True, torch.float16, {"stage_activations": True, "stages": 3}),
     ("uint3b", 8, 2048, 512, 128, False, torch.float16, {"stage_activations": True, "stages": 2, "prefetch": 1,
                                                           "min_blocks": 2}),  # (the 2-3-bit rows' place too)
+    ("uint2b", 8, 3072, 264, 32, True, torch.bfloat16, {"stage_activations": True, "stages": 2, "prefetch": 1,
+                                                         "min_blocks": 2, "weight_stages": 4}),  # (2 bits: 4 stages)
+    ("int3b", 5, 2048, 512, 64, False, torch.float16, {"stage_activations": True, "stages": 2, "prefetch": 1,
+                                                        "min_blocks": 2}),
     ("uint2b", 3, 2048, 264, None, True, torch.bfloat16, {"stage_activations": True, "stages": 2, "prefetch": 1}),
     ("uint4b", 16, 2048, 512, 128, False, torch.float16, {"block_m": 16, "stage_activations": True, "stages": 2}),
     ("int5b", 12, 2048, 264, 32, True, torch.bfloat16, {"block_m": 16, "stage_activations": True, "stages": 2,

@@ -64,8 +64,9 @@ after the k-loop ``self.sum(acc, dim=0)`` adds the groups' partial sums through 
 no K split to keep as many warps streaming, and no split's partial sums go out to global memory and back after the
 weights have streamed: on sm_90a the decode rows of 2- to 6-bit weights take it where they would split K in two,
 activations staged (H100, 1x8192x28672: u4 47.8 -> 46.2 us, uint6 69.2 -> 67.8, u3 40.7-41.5 -> 39.0-39.2; 8 rows
-u4 53.8-55.1 -> 46.6-46.7, u3 77.5-77.8 -> 39.1-39.6), and so does the 9-16-row ring row for 4-bit weights (16 rows
-u4 50.0-50.5 -> 49.3-50.1; see ``IN_BLOCK_SPLIT``).
+u4 53.8-55.1 -> 46.6-46.7, u3 77.5-77.8 -> 39.1-39.6; u3 in groups of 64 87.2-87.5 -> 40.1-40.7), 2-bit weights
+with a ring of 4 k-steps, and so does the 9-16-row ring row for 4-bit weights (16 rows u4 50.0-50.5 -> 49.3-50.1;
+see ``IN_BLOCK_SPLIT``).
 
 A step's scales (and zero points) are loaded ahead, like its activations: waiting for them in the step that
 used them cost fp4 weights 23% and u2 10% at 1x8192x28672. By default a queue keeps the current step's
@@ -869,15 +870,24 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
 # The same staged tile in two groups took the 2- and 3-bit decode rows' place where they split K in two (the register
 # row, and 3-bit weights' one-unit ring), same method, three runs: 1x8192x28672 u3 40.7-41.5 -> 39.0-39.2 us, u2
 # 35.3-35.5 -> 34.5-34.7; 4 rows u3 48.9-49.2 -> 39.2-39.4, u2 37.0-37.7 -> 34.6-34.8; 8 rows u3 77.5-77.8 -> 39.1-39.6,
-# u2 50.8-52.4 -> 35.8-35.9 (one unit a warp in the groups: u3 41.6-43.3, u2 36.8-39.6); measured at group 128 only,
-# so taken for one scale group a k-step (group 128, or per channel).
+# u2 50.8-52.4 -> 35.8-35.9 (one unit a warp in the groups: u3 41.6-43.3, u2 36.8-39.6). In groups of 32 and 64
+# (a later session, same method): 1x8192x28672 u3 g64 49.2-49.8 -> 40.2-40.6, g32 51.2-51.7 -> 44.6-45.0, u2 g64
+# 39.4-39.9 -> 35.4-35.7, g32 43.6-44.6 -> 41.0-41.1; 8 rows u3 g64 87.2-87.5 -> 40.1-40.7, g32 82.4-82.9 ->
+# 44.8-45.6, u2 g64 52.7-52.9 -> 35.7-35.9, g32 56.3-56.7 -> 41.2-41.4 (124-128 registers a thread at group 32, no
+# spills). 2-bit weights take a ring of 4 k-steps (weight_stages=4): 1x8192x28672 u2 34.4-34.8 -> 33.2-34.6 us (5
+# and 6 stages 35.6-36.1), 8 rows 34.8-35.0 -> 33.7, g32 41.2-41.4 -> 39.5-39.6, g64 35.9-36.0 -> 34.6-35.9; the
+# others lost with 4 (u4 47.3-47.4 -> 47.7-47.8, int5 58.6-58.8 -> 60.5-61.0, uint6 68.3-68.6 -> 70.4-70.9, fp4
+# 46.9-47.0 -> 47.7; u3 39.2-39.9 -> 38.7-39.6 at 1 row but 8 rows and groups of 32-64 even or slower). At 16 rows
+# the 2- and 3-bit weights keep their row: the 9-16-row ring tile in two groups took u2 43.5-45.1 -> 44.1-45.9, u3
+# 48.0-49.4 the same (prefetch=2 alike).
 _STAGED_DECODE_GROUPS = replace(_HOPPER_DECODE_RING, stage_activations=True, stages=2, prefetch=1, min_blocks=2,
                                 k_groups=2)
+_STAGED_TWO_BIT_GROUPS = replace(_STAGED_DECODE_GROUPS, weight_stages=4)
 # (the tile split in two over the grid, the most rows that take the split inside the block by the weights' width in
 # bits, the most scale groups a k-step, the tile taken instead)
 IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None, _STAGED_DECODE_GROUPS),
-                  (_THREE_BIT_RING, {3: 8}, 1, _STAGED_DECODE_GROUPS),
-                  (_REGISTER_DECODE, {2: 8}, 1, _STAGED_DECODE_GROUPS),
+                  (_THREE_BIT_RING, {3: 8}, None, _STAGED_DECODE_GROUPS),
+                  (_REGISTER_DECODE, {2: 8}, None, _STAGED_TWO_BIT_GROUPS),
                   (_SIXTEEN_ROW_RING, {4: 16}, 2, replace(_SIXTEEN_ROW_RING, k_groups=2, min_blocks=2)))
 _KERNELS: dict = {}
 

@@ -167,29 +167,27 @@ def quantized_kernels(cuda):
             # the sm_90a decode rows: weights through a TMA ring of 3 stages released by the warps, register
             # queues in fixed slots of the unrolled k-loop; K of 8 or 16 steps split in two (each stage reused);
             # at group 64 the 3-bit ring's stages (1536 bytes) are not multiples of 1024 (unswizzled)
-            from tilus_tvm.schedules.quantized_matmul import HOPPER_CONFIGS
+            from tilus_tvm.schedules.quantized_matmul import HOPPER_CONFIGS, IN_BLOCK_SPLIT
+            tiles = []
+            for row in dict.fromkeys(row[2] for row in HOPPER_CONFIGS):  # (rows that share a tile: once)
+                config = replace(row, split_k=2)
+                tiles.append((f"decode TMA ring released, fixed slots ({config.units_per_warp} unit(s) a warp, "
+                              f"{config.block_m} rows{', staged' if config.stage_activations else ''})", config))
+            # the tiles with K split over two groups of warps (4 stages of 2 steps; the 9-16-row tile's activations
+            # staged one tile a group)
+            for tile, split in itertools.product(dict.fromkeys(row[3] for row in IN_BLOCK_SPLIT), (1, 2)):
+                config = replace(tile, split_k=split)
+                tiles.append((f"decode TMA ring, K over two groups of warps, split in {split}"
+                              f"{', staged' if config.stage_activations else ''}", config))
             long_a = torch.randn(m, 1024, dtype=torch.float16, **cuda)
             long_codes = torch.randint(0, codes_max, (1024, n), **cuda).float()
             for group in (128, 64):
                 long_scales = torch.rand(1024 // group, n, dtype=torch.float16, **cuda) / codes_max / 2
-                for row in dict.fromkeys(row[2] for row in HOPPER_CONFIGS):  # (rows that share a tile: once)
-                    config = replace(row, split_k=2)
-                    check(f"quantized_matmul {name} g{group} {m}x{n}x1024 decode TMA ring released, fixed slots "
-                          f"({config.units_per_warp} unit(s) a warp, {config.block_m} rows"
-                          f"{', staged' if config.stage_activations else ''})",
-                          quantized_matmul(long_a, pack_weight(long_codes, name, group), long_scales, config=config),
-                          long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(group, 0)).float(),
-                          5e-2)
-                # the tiles with K split over two groups of warps (4 stages of 2 steps; the 9-16-row tile's
-                # activations staged one tile a group)
-                from tilus_tvm.schedules.quantized_matmul import IN_BLOCK_SPLIT
-                for tile, split in itertools.product(dict.fromkeys(row[3] for row in IN_BLOCK_SPLIT), (1, 2)):
-                    config = replace(tile, split_k=split)
-                    check(f"quantized_matmul {name} g{group} {m}x{n}x1024 decode TMA ring, K over two groups of "
-                          f"warps, split in {split}{', staged' if config.stage_activations else ''}",
-                          quantized_matmul(long_a, pack_weight(long_codes, name, group), long_scales, config=config),
-                          long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(group, 0)).float(),
-                          5e-2)
+                long_packed = pack_weight(long_codes, name, group)
+                reference = long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(group, 0)).float()
+                for label, config in tiles:
+                    check(f"quantized_matmul {name} g{group} {m}x{n}x1024 {label}",
+                          quantized_matmul(long_a, long_packed, long_scales, config=config), reference, 5e-2)
         if m > 64 and torch.cuda.get_device_capability() == (9, 0):
             # the wgmma path with its activation stages released by barriers (no block barrier a k-step), K of
             # 8 steps through 3 stages: each stage reused, its barriers through both parities; the tile of one

@@ -192,8 +192,10 @@ def quantized_kernels(cuda):
             # the wgmma path with its activation stages released by barriers (no block barrier a k-step), K of
             # 8 steps through 3 stages: each stage reused, its barriers through both parities; the tile of one
             # warpgroup of 128 channels and 128 rows (fp8 weights where the wide tiles leave SMs idle), and that of
-            # three warpgroups of 64 channels (192: the 130 channels of one block, most of its lanes masked)
-            from tilus_tvm.schedules.quantized_matmul import WGMMA_MEDIUM, WGMMA_THREE_GROUPS
+            # three warpgroups of 64 channels (192: the 130 channels of one block, most of its lanes masked); the
+            # 64-row tile with two k-steps of weights in flight, moved up by copies or in fixed slots (a grid short of
+            # the SMs takes them for some types)
+            from tilus_tvm.schedules.quantized_matmul import WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_THREE_GROUPS
 
             released = Config(warps=8, units_per_warp=2, block_m=128, stage_activations=True, stages=3,
                               scale_weights=True, warpgroup_mma=True, release_barriers=True)
@@ -201,7 +203,10 @@ def quantized_kernels(cuda):
             long_codes = torch.randint(0, codes_max, (1024, n), **cuda).float()
             long_scales = torch.rand(8, n, dtype=torch.float16, **cuda) / codes_max / 2
             for label, config in (("stages released by barriers", released), ("one warpgroup, 128 rows", WGMMA_MEDIUM),
-                                  ("three warpgroups, 192 channels", WGMMA_THREE_GROUPS)):
+                                  ("three warpgroups, 192 channels", WGMMA_THREE_GROUPS),
+                                  ("64-row tile, two steps in flight", replace(WGMMA_CONFIGS[0][1], prefetch=2)),
+                                  ("64-row tile, two steps in fixed slots",
+                                   replace(WGMMA_CONFIGS[0][1], prefetch=2, fixed_slots=True))):
                 check(f"quantized_matmul {name} g128 {m}x{n}x1024 wgmma, {label}",
                       quantized_matmul(long_a, pack_weight(long_codes, name, 128), long_scales, config=config),
                       long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(128, 0)).float(), 5e-2)

@@ -615,6 +615,26 @@ def test_wgmma_splits_where_the_grid_is_short_of_the_sms(m, k, n, name, tile, sp
     assert choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 16, wgmma=True).split_k == 1  # grid fills
 
 
+@pytest.mark.parametrize("name,queues", [("int4b", (2, False)), ("uint3b", (2, False)), ("float4_e2m1", (2, False)),
+                                         ("uint8", (2, False)), ("float8_e4m3", (2, False)), ("uint2b", (2, True)),
+                                         ("uint7b", (2, True)), ("uint4b", (1, False)), ("int5b", (1, False)),
+                                         ("float6_e3m2", (1, False))])
+def test_the_64_row_wgmma_tile_on_a_short_grid_keeps_two_steps_of_weights_in_flight(name, queues):
+    """Up to 64 rows, where the 64-row tile leaves SMs without a block and K stays unsplit (86 blocks at 4096 x 11008,
+    108 at 5120 x 13824), the types that measured faster so keep two k-steps of weights in flight (2- and 7-bit ones in
+    fixed register slots); grids that fill the SMs or split K, and the tiles from 65 rows, keep one."""
+    dtype = dtypes.as_dtype(name)
+    for m, k, n in ((64, 4096, 11008), (49, 5120, 13824)):
+        config = choose_config(m, WeightFormat(dtype, k, n, 128), 132, wgmma=True)
+        assert (config.warps, config.block_m, config.split_k) == (8, 64, 1)
+        assert (config.prefetch, config.fixed_slots) == queues
+    for m, k, n in ((64, 8192, 28672), (64, 8192, 10240), (128, 4096, 11008), (256, 8192, 28672)):
+        config = choose_config(m, WeightFormat(dtype, k, n, 128), 132, wgmma=True)
+        assert config.warpgroup_mma and (config.prefetch, config.fixed_slots) == (1, False)
+    # (132 SMs: the same shape on 16 fills the SMs)
+    assert choose_config(64, WeightFormat(dtype, 4096, 11008, 128), 16, wgmma=True).prefetch == 1
+
+
 @pytest.mark.parametrize("name,group", [("uint4b", 128), ("float8_e4m3", None), ("int3b", 32)])
 def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
     fmt = WeightFormat(dtypes.as_dtype(name), 1024, 512, group or 1024)

@@ -254,6 +254,21 @@ def test_wgmma_tiles_of_grids_short_of_the_sms(name, m, k, n, group, zero_points
     check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, config=config)
 
 
+@pytest.mark.parametrize("name,m,k,group,zero_points,dtype", [
+    ("int4b", 64, 640, 64, True, torch.bfloat16), ("uint2b", 50, 640, 32, True, torch.float16),
+    ("uint7b", 64, 768, 128, False, torch.float16), ("float4_e2m1", 57, 640, None, False, torch.bfloat16),
+    ("uint3b", 64, 384, 128, True, torch.float16), ("uint8", 49, 512, 64, False, torch.float16)])
+def test_the_64_row_wgmma_tile_on_a_short_grid(name, m, k, group, zero_points, dtype):
+    """Up to 64 rows on a grid short of the SMs (86 blocks of 128 channels, K unsplit), two k-steps of weights in
+    flight (2- and 7-bit weights in fixed slots of a k-loop unrolled by two, an odd number of k-steps too), as
+    choose_config picks it for 132 SMs, against torch on every output."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90a")
+    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, 11008, group or k), 132, wgmma=True)
+    assert config.warpgroup_mma and config.block_m == 64 and config.split_k == 1 and config.prefetch == 2
+    check(name, m, k, 11008, group, zero_points=zero_points, dtype=dtype, config=config)
+
+
 @pytest.mark.parametrize("name,m,tma", [("uint4b", 200, False), ("int3b", 130, None), ("float8_e4m3", 64, False)])
 def test_warpgroup_mma_activations_by_tma_or_cp_async(name, m, tma):
     """The wgmma path's activations: TMA (tma_activations None: when aligned) or cp.async (False)."""

@@ -1025,7 +1025,9 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     (``wgmma``: an sm_90a GPU, which from ``WGMMA_MIN_ROWS`` rows takes the ``WGMMA_CONFIGS`` tiles, or where their
     grid leaves SMs without a block ``WGMMA_SMALL`` / ``WGMMA_THREE_GROUPS`` / ``WGMMA_MEDIUM`` (see there), and
     ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels, or split (``THREE_GROUPS_SPLIT_MIN_STEPS``)
-    where the 64-row tiles too leave SMs idle, the splits of these rows added up by SplitKSum; below that, its rows of
+    where the 64-row tiles too leave SMs idle, the splits of these rows added up by SplitKSum; the 64-row tile on a grid
+    short of the SMs, K unsplit, keeps two k-steps of weights in flight for the types of ``WGMMA_SHORT_GRID_QUEUES``;
+    below that, its rows of
     ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
     unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM; the decode
     rows of 2-6-bit weights (and the 9-16-row ring row for 4-bit weights) split K in two inside their blocks instead

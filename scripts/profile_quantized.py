@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_quantized as bench  # noqa: E402
-from tilus_tvm.schedules.quantized_matmul import choose_config, quantized_matmul  # noqa: E402
+from tilus_tvm.schedules.quantized_matmul import quantized_matmul  # noqa: E402
 
 
 def main():
@@ -29,10 +29,9 @@ def main():
     args = parser.parse_args()
     m, k, n = (int(v) for v in args.shape.split("x"))
     torch.manual_seed(0)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     for name in args.types.split(","):
         w = bench.Weights(name, k, n)
-        config = choose_config(m, w.packed.format, sms)
+        config = bench.table_config(m, w.packed.format)  # (on sm_90a its Hopper and wgmma rows, as quantized_matmul)
         if args.config:
             warps, units, split = (int(v) for v in args.config.split(","))
             config = replace(config, warps=warps, units_per_warp=units, split_k=split)

@@ -1003,18 +1003,19 @@ WGMMA_MEDIUM_SPLIT_MIN_STEPS = 40
 THREE_GROUPS_SPLIT_MIN_STEPS = 12
 # Where the 64-row tile (WGMMA_CONFIGS' first) leaves SMs without a block and K stays unsplit (49-64 rows of a 7B
 # model's projections: 86-108 blocks, one an SM), each block's weight loads wait in the open: one k-step of them in
-# flight, moved up by copies that wait for the load. So these types keep two k-steps of weights in flight (prefetch=2),
-# 2- and 7-bit weights in fixed register slots (fixed_slots), as measured faster. H100, in one process, best of two or
-# three runs, every output column checked, table -> prefetch=2 / with fixed slots (torch.matmul on float16 weights in
-# brackets): 64 x 4096 x 11008 int4 35.0 -> 29.8 / 32.5 us, u3 34.2 -> 30.9 / 31.2, fp4 e2m1 35.2 -> 31.0 / 33.8, uint8
-# 34.0 -> 32.8 / 32.8, fp8 e4m3 33.7 -> 32.8 / 33.2, u2 33.5 -> 31.9 / 29.3, uint7 35.8 -> 35.8 / 34.6 (34.9-35.6);
-# 64 x 5120 x 13824 int4 41.8 -> 36.2 / 40.0, u3 41.6 -> 37.4 / 37.7, fp4 42.2 -> 37.5 / 41.4, uint8 43.1 -> 42.3 /
-# 42.0, fp8 42.8 -> 42.1 / 42.3, u2 40.3 -> 38.6 / 35.2, uint7 44.7 -> 44.1 / 42.5 (52.2-52.8); 64 x 4096 x 12288 and
-# 56 x 4096 x 11008 alike (int4 34.8 -> 29.7, 34.1 -> 29.4; uint7 with fixed slots 35.8 -> 34.6-35.1, 35.6 -> 33.8).
-# The other types lost with either: u4 29.0 -> 29.3-29.6 / 32.3 at 64 x 4096 x 11008, int5 33.0 -> 35.9 / 33.3, uint6
-# 31.7 -> 34.1 / 34.0, fp6 e3m2 32.7 -> 36.4 / 34.0, fp6 e2m3 33.3 -> 33.9 / 34.8. A grid that fills the SMs lost
-# with them (64 x 8192 x 28672 u4 78.2 -> 82.1 / 92.3), and so did the tiles from 65 rows (256 x 8192 x 28672 u4 218.6 ->
-# 226.9 / 223.5, uint8 230.8 -> 296.4 / 293.0 with fixed slots alone; 256 x 4096 x 11008 u4 even, uint8 50.7 -> 52.0).
+# flight, moved up by copies that wait for the load. So these types keep two k-steps of weights in flight
+# (prefetch=2), 2- and 7-bit weights in fixed register slots (fixed_slots), as measured faster. H100, in one process,
+# two or three runs each (about the middle of their range), every output column checked, table -> prefetch=2 / with
+# fixed slots (torch.matmul on float16 weights in brackets): 64 x 4096 x 11008 int4 35.0 -> 29.8 / 32.5 us, u3 34.2 ->
+# 30.9 / 31.2, fp4 e2m1 35.2 -> 31.0 / 33.8, uint8 34.0 -> 32.8 / 32.8, fp8 e4m3 33.7 -> 32.8 / 33.2, u2 33.5 -> 31.9
+# / 29.3, uint7 35.8 -> 35.8 / 34.6 (34.9-35.6); 64 x 5120 x 13824 int4 41.8 -> 36.2 / 40.0, u3 41.6 -> 37.4 / 37.7,
+# fp4 42.2 -> 37.5 / 41.4, uint8 43.1 -> 42.3 / 42.0, fp8 42.8 -> 42.1 / 42.3, u2 40.3 -> 38.6 / 35.2, uint7 44.7 ->
+# 44.1 / 42.5 (52.2-52.8); 64 x 4096 x 12288 and 56 x 4096 x 11008 alike (int4 34.8 -> 29.7, 34.1 -> 29.4; uint7 with
+# fixed slots 35.8 -> 34.6-35.1, 35.6 -> 33.8). The other types lost with either: u4 29.0 -> 29.3-29.6 / 32.3 at 64 x
+# 4096 x 11008, int5 33.0 -> 35.9 / 33.3, uint6 31.7 -> 34.1 / 34.0, fp6 e3m2 32.7 -> 36.4 / 34.0, fp6 e2m3 33.3 ->
+# 33.9 / 34.8. A grid that fills the SMs lost with them (64 x 8192 x 28672 u4 78.2 -> 82.1 / 92.3), and so did the
+# tiles from 65 rows (256 x 8192 x 28672 u4 218.6 -> 226.9 / 223.5, uint8 230.8 -> 296.4 / 293.0 with fixed slots
+# alone; 256 x 4096 x 11008 u4 even, uint8 50.7 -> 52.0).
 WGMMA_SHORT_GRID_QUEUES = {"int4b": (2, False), "uint3b": (2, False), "float4_e2m1": (2, False), "uint8": (2, False),
                            "float8_e4m3": (2, False), "uint2b": (2, True), "uint7b": (2, True)}
 

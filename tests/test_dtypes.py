@@ -211,11 +211,17 @@ def test_constructors_return_the_table_entry():
 
 @pytest.mark.parametrize("name, exponent_bits, mantissa_bits, signed", [
     ("float8_e4m3", 4, 3, True), ("float8_e5m2", 5, 2, True), ("float7_e5m1", 5, 1, True),
-    ("float6_e3m2", 3, 2, True), ("float6_e2m3", 2, 3, True), ("float5_e2m2", 2, 2, True),
-    ("float4_e2m1", 2, 1, True), ("float3_e1m1", 1, 1, True), ("float8_e8m0", 8, 0, False),
+    ("float7_e4m2", 4, 2, True), ("float7_e3m3", 3, 3, True), ("float7_e2m4", 2, 4, True),
+    ("float6_e4m1", 4, 1, True), ("float6_e3m2", 3, 2, True), ("float6_e2m3", 2, 3, True),
+    ("float5_e3m1", 3, 1, True), ("float5_e2m2", 2, 2, True), ("float4_e2m1", 2, 1, True),
+    ("float3_e1m1", 1, 1, True), ("float8_e8m0", 8, 0, False),
 ])
 def test_low_precision_floats_take_tilus_names(name, exponent_bits, mantissa_bits, signed):
+    """Tilus's float types, each also an attribute of the package under its name (``tilus.float3_e1m1``)."""
+    import tilus_tvm
+
     dtype = as_dtype(name)
+    assert getattr(tilus_tvm, name) is dtype
     assert dtype is float_type(exponent_bits, mantissa_bits, signed)
     assert (dtype.name, dtype.kind, dtype.signed) == (name, "float", signed)
     assert dtype.nbits == int(signed) + exponent_bits + mantissa_bits
@@ -227,6 +233,9 @@ def test_low_precision_floats_take_tilus_names(name, exponent_bits, mantissa_bit
 def test_low_precision_integers_take_tilus_names(nbits, signed):
     dtype = int_type(nbits, signed)
     assert dtype.name == f"{'' if signed else 'u'}int{nbits}b" and dtype.short == f"{'i' if signed else 'u'}{nbits}"
+    import tilus_tvm
+
+    assert getattr(tilus_tvm, dtype.name) is dtype  # (tilus.int3b, tilus.uint7b, ...)
     assert (dtype.nbits, dtype.signed, dtype.kind) == (nbits, signed, "int" if signed else "uint")
     tvm_dtype = tvm.DataType(dtype.tvm_name)
     assert (tvm_dtype.bits, tvm_dtype.lanes, tvm_dtype.type_code) == (nbits, 1, TVM_KIND[dtype.kind])
@@ -332,3 +341,19 @@ def test_dtypes_module_imports_no_tvm_torch_or_numpy():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "none"
+
+
+def test_tilus_short_names_are_the_table_entries():
+    """Tilus's short names (``f16``, ``i4``, ``u2``, ``f6e3m2``, ...) are package attributes bound to the table's entries,
+    each the entry's ``short`` name."""
+    import tilus_tvm
+    from tilus_tvm import dtype_aliases
+
+    for name in dtype_aliases.__all__:
+        value = getattr(tilus_tvm, name)
+        assert value is getattr(dtype_aliases, name)
+        if name != "void_p":
+            assert value.short == name and as_dtype(value.name) is value
+    assert tilus_tvm.i4 is tilus_tvm.int4b and tilus_tvm.u7 is as_dtype("uint7b")
+    assert tilus_tvm.f6e3m2 is float_type(3, 2) and tilus_tvm.f3e1m1 is float_type(1, 1)
+    assert len([n for n in dtype_aliases.__all__ if n[0] in "iu" and n[1:].isdigit() and int(n[1:]) < 8]) == 14

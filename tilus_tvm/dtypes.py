@@ -386,5 +386,11 @@ float8_e8m0 = register(_floating(8, 0, signed=False, tvm_name="float8_e8m0fnu", 
 float6_e3m2 = register(_floating(3, 2, ptx="e3m2"))
 float6_e2m3 = register(_floating(2, 3, ptx="e2m3"))
 float4_e2m1 = register(_floating(2, 1, tvm_name="float4_e2m1fn", ptx="e2m1"))
+# the rest of Tilus's sub-byte floats (``tilus.float7_e5m1`` ... ``tilus.float3_e1m1``), signed, with no TVM, torch or
+# PTX counterpart; float_type makes any other split (``float_type(1, 5)``: float7_e1m5)
+float7_e5m1, float7_e4m2, float7_e3m3, float7_e2m4 = (float_type(e, 6 - e) for e in (5, 4, 3, 2))
+float6_e4m1 = float_type(4, 1)
+float5_e3m1, float5_e2m2 = float_type(3, 1), float_type(2, 2)
+float3_e1m1 = float_type(1, 1)
 int1b, int2b, int3b, int4b, int5b, int6b, int7b = (int_type(nbits) for nbits in range(1, 8))
 uint1b, uint2b, uint3b, uint4b, uint5b, uint6b, uint7b = (int_type(nbits, signed=False) for nbits in range(1, 8))

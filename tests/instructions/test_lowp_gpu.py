@@ -12,8 +12,8 @@ from tests.instructions.test_cast_rules import probe_values
 
 pytestmark = pytest.mark.gpu
 
-TYPES = [t for t in dtypes.registered_dtypes() if lowp.is_low_precision(t)] + \
-    [float_type(1, 1), float_type(3, 4), float_type(3, 3, signed=False)]
+TYPES = list(dict.fromkeys([t for t in dtypes.registered_dtypes() if lowp.is_low_precision(t)] +
+                            [float_type(1, 1), float_type(3, 4), float_type(3, 3, signed=False)]))
 THREADS, CODES = 128, 8
 
 

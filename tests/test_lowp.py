@@ -441,3 +441,52 @@ def test_errors():
         from_torch(values).codes()
     with pytest.raises(ScriptError, match="float_family: int4b is a int, not a float"):
         lowp.float_family("int4b")
+
+
+def test_tilus_tensor_constructors():
+    """tilus.empty / zeros / ones / full / rand / randn / randint / view_torch make PackedTensors of any table type,
+    their values rounded by PackedTensor.to."""
+    import tilus_tvm as tilus
+
+    cpu = dict(device="cpu")
+    empty = tilus.empty([3, 5], "uint4b", **cpu)
+    assert (empty.shape, empty.dtype.name, empty.storage.numel(), empty.device.type) == ((3, 5), "uint4b", 8, "cpu")
+    assert tilus.zeros([2, 3], "float6_e3m2", **cpu).to_torch().eq(0).all()
+    assert tilus.ones(7, "int3b", **cpu).to_torch().tolist() == [1] * 7
+    assert tilus.full([4], 2.5, "uint2b", **cpu).to_torch().tolist() == [2] * 4  # ties to even
+    assert tilus.full([2], 100.0, "float4_e2m1", **cpu).to_torch().tolist() == [6.0, 6.0]  # saturates
+    assert tilus.full([2], -1.5, "float16", **cpu).torch().tolist() == [-1.5, -1.5]
+    r = tilus.randint(0, 16, [64, 8], "uint4b", **cpu).to_torch()
+    assert r.shape == (64, 8) and 0 <= r.min() and r.max() <= 15 and len(r.unique()) > 8
+    u = tilus.rand([1000], "float16", **cpu).torch()
+    assert u.dtype == torch.float16 and 0 <= u.min() and u.max() <= 1
+    n = tilus.randn([1000], "float8_e4m3", **cpu).to_torch()
+    assert n.abs().max() <= 448 and n.std() > 0.5
+    packed = tilus.from_torch(torch.arange(12).reshape(3, 4) % 16, "uint4b")
+    seen = tilus.view_torch(packed.storage.view(torch.int16), dtype="uint4b", shape=[3, 4])
+    assert torch.equal(seen.to_torch(), packed.to_torch()) and seen.data_ptr() == packed.data_ptr()
+    with pytest.raises(ScriptError, match=r"view_torch: uint4b\[3, 5\] takes 8 bytes, the tensor has 6"):
+        tilus.view_torch(packed.storage, dtype="uint4b", shape=[3, 5])
+    with pytest.raises(ScriptError, match="empty: shape must be ints >= 0, got"):
+        tilus.empty([2, -1], "int4b", **cpu)
+
+
+def test_packed_tensor_views_and_torch():
+    """Tilus's Tensor methods on PackedTensor: torch() (the typed storage, for types torch has), view(dtype=,
+    shape=) (the same bits), clone(), data_ptr()."""
+    import tilus_tvm as tilus
+
+    bytes_ = tilus.from_torch(torch.tensor([[0x21, 0x43, 0x65]], dtype=torch.uint8))
+    codes = bytes_.view(dtype="uint4b")
+    assert codes.shape == (1, 6) and codes.to_torch().tolist() == [[1, 2, 3, 4, 5, 6]]
+    assert codes.view(dtype="uint8").torch().tolist() == [[0x21, 0x43, 0x65]]
+    assert codes.view(shape=[2, 3]).to_torch().tolist() == [[1, 2, 3], [4, 5, 6]]
+    assert codes.view(dtype="int8", shape=[3]).torch().tolist() == [0x21, 0x43, 0x65]
+    copy = codes.clone()
+    assert copy.data_ptr() != codes.data_ptr() and torch.equal(copy.storage, codes.storage)
+    with pytest.raises(ScriptError, match="torch has no uint4b dtype"):
+        codes.torch()
+    with pytest.raises(ScriptError, match=r"float16\[4\] holds 64 bits, uint4b\[1, 6\] 24"):
+        codes.view(dtype="float16", shape=[4])
+    with pytest.raises(ScriptError, match="cannot be read as float16 along its last dimension"):
+        codes.view(dtype="float16")

@@ -22,6 +22,7 @@ from tilus_tvm.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus_tvm.lang.script import Script
 from tilus_tvm.layout import RegisterLayout, SharedLayout
 from tilus_tvm.lowp import PackedTensor, from_torch
+from tilus_tvm.lowp import empty, full, ones, rand, randint, randn, view_torch, zeros  # Tilus's tensor constructors
 from tilus_tvm.runtime.cache import set_cache_dir
 from tilus_tvm.runtime.kernel import CompiledKernel, load_kernel
 from tilus_tvm.runtime.export import load  # an exported kernel or Relax library, nothing recompiled

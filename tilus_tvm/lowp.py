@@ -68,7 +68,8 @@ from tilus_tvm.errors import ScriptError
 
 __all__ = ["float_family", "is_low_precision", "all_values", "finite_range", "nan_code", "encode", "decode",
            "encode_scalar", "pack_codes", "unpack_codes", "PackedTensor", "from_torch", "is_packed", "storage_words",
-           "register_storage", "pointer_storage_dtype"]
+           "register_storage", "pointer_storage_dtype", "empty", "full", "zeros", "ones", "rand", "randn", "randint",
+           "view_torch"]
 
 MAX_BITS = 8
 
@@ -395,6 +396,40 @@ class PackedTensor:
             converted = values.to(target.torch_dtype)
         return from_torch(converted)
 
+    # --- Tilus's Tensor methods ---------------------------------------------------------------------
+    def torch(self):
+        """The storage as a torch tensor of ``shape`` in this type's own torch dtype (no copy: Tilus's
+        ``Tensor.torch()``); :meth:`to_torch` gives the values of the types torch lacks."""
+        if self.dtype.torch_name is None:
+            raise ScriptError(f"PackedTensor.torch: torch has no {self.dtype.name} dtype; to_torch() gives the values "
+                              f"(as float32 or int32) and .storage the packed bytes")
+        return self.storage.view(self.dtype.torch_dtype).reshape(self.shape)
+
+    def view(self, *, dtype: Any = None, shape: Optional[Sequence[int]] = None) -> PackedTensor:
+        """The same bytes read as ``dtype`` and/or ``shape`` (Tilus's ``Tensor.view``; no copy). Without
+        ``shape``, the last dimension scales by the ratio of the widths (``uint8[4, 6]`` as ``uint4b`` is
+        ``[4, 12]``); the bits must match exactly."""
+        target = self.dtype if dtype is None else as_dtype(dtype)
+        if shape is None:
+            shape = list(self.shape)
+            old, new = self.dtype.nbits, target.nbits
+            if not shape or (shape[-1] * old) % new:
+                raise ScriptError(f"PackedTensor.view: {self.dtype.name}{list(self.shape)} cannot be read as "
+                                  f"{target.name} along its last dimension ({old}-bit elements into {new}-bit ones); "
+                                  f"give shape=")
+            shape[-1] = shape[-1] * old // new
+        shape = tuple(int(extent) for extent in shape)
+        if target.nbits * math.prod(shape) != self.dtype.nbits * self.numel:
+            raise ScriptError(f"PackedTensor.view: {target.name}{list(shape)} holds {target.nbits * math.prod(shape)} "
+                              f"bits, {self.dtype.name}{list(self.shape)} {self.dtype.nbits * self.numel}")
+        return PackedTensor(self.storage, shape, target)
+
+    def clone(self) -> PackedTensor:
+        return PackedTensor(self.storage.clone(), self.shape, self.dtype)
+
+    def data_ptr(self) -> int:
+        return self.storage.data_ptr()
+
     def __repr__(self) -> str:
         shown = self.storage[:16].tolist()
         more = ", ..." if self.storage.numel() > 16 else ""
@@ -418,6 +453,90 @@ def from_torch(tensor, dtype: Any = None) -> PackedTensor:
     storage = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
     packed = PackedTensor(storage, tuple(tensor.shape), own)
     return packed if dtype is None else packed.to(dtype)
+
+
+# ---- Tilus's tensor constructors -------------------------------------------------------------------
+# tilus.empty / zeros / ones / full / rand / randn / randint / view_torch: PackedTensors of any table type, made on
+# ``device`` (Tilus's are always on the GPU: here the default is "cuda" where there is one, else "cpu") and converted
+# by PackedTensor.to's rounding.
+def _device(device: Any):
+    import torch
+
+    return device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _shape(shape: Any, op: str) -> tuple:
+    extents = (shape,) if isinstance(shape, int) else tuple(shape)
+    if not all(isinstance(extent, int) and not isinstance(extent, bool) and extent >= 0 for extent in extents):
+        raise ScriptError(f"{op}: shape must be ints >= 0, got {shape!r}")
+    return extents
+
+
+def _converted(values, dtype: Any) -> PackedTensor:
+    return from_torch(values).to(dtype)
+
+
+def empty(shape: Any, dtype: Any, device: Any = None) -> PackedTensor:
+    """An uninitialised tensor of ``dtype`` (its bytes as they were)."""
+    import torch
+
+    dtype, shape = as_dtype(dtype), _shape(shape, "empty")
+    return PackedTensor(torch.empty(dtype.storage_bytes(math.prod(shape)), dtype=torch.uint8, device=_device(device)),
+                        shape, dtype)
+
+
+def full(shape: Any, fill_value: Union[int, float], dtype: Any, device: Any = None) -> PackedTensor:
+    """Every element ``fill_value``, rounded into ``dtype``."""
+    import torch
+
+    return _converted(torch.full(_shape(shape, "full"), fill_value, dtype=torch.float64, device=_device(device)),
+                      dtype)
+
+
+def zeros(shape: Any, dtype: Any, device: Any = None) -> PackedTensor:
+    return full(shape, 0, dtype, device)
+
+
+def ones(shape: Any, dtype: Any, device: Any = None) -> PackedTensor:
+    return full(shape, 1, dtype, device)
+
+
+def rand(shape: Any, dtype: Any, device: Any = None) -> PackedTensor:
+    """Uniform values in [0, 1), rounded into ``dtype``."""
+    import torch
+
+    return _converted(torch.rand(_shape(shape, "rand"), device=_device(device)), dtype)
+
+
+def randn(shape: Any, dtype: Any, device: Any = None) -> PackedTensor:
+    """Standard normal values, rounded into ``dtype`` (saturating at its range)."""
+    import torch
+
+    return _converted(torch.randn(_shape(shape, "randn"), device=_device(device)), dtype)
+
+
+def randint(low: int, high: int, shape: Any, dtype: Any, device: Any = None) -> PackedTensor:
+    """Integers drawn uniformly from [low, high), rounded into ``dtype``."""
+    import torch
+
+    return _converted(torch.randint(low, high, _shape(shape, "randint"), dtype=torch.int64, device=_device(device)),
+                      dtype)
+
+
+def view_torch(tensor, *, dtype: Any, shape: Sequence[int]) -> PackedTensor:
+    """The bytes of a contiguous torch tensor read as ``dtype`` elements of ``shape`` (no copy): packed weights
+    kept as uint8 or int32 storage, for example."""
+    import torch
+
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_contiguous():
+        raise ScriptError(f"view_torch: expected a contiguous torch.Tensor, got "
+                          f"{type(tensor).__name__ if not isinstance(tensor, torch.Tensor) else 'a strided one'}")
+    dtype, shape = as_dtype(dtype), _shape(shape, "view_torch")
+    storage = tensor.reshape(-1).view(torch.uint8)
+    if storage.numel() != dtype.storage_bytes(math.prod(shape)):
+        raise ScriptError(f"view_torch: {dtype.name}{list(shape)} takes {dtype.storage_bytes(math.prod(shape))} bytes, "
+                          f"the tensor has {storage.numel()}")
+    return PackedTensor(storage, shape, dtype)
 
 
 # ---- storage inside kernels ----------------------------------------------------------------------

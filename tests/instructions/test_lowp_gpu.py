@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+import tilus_tvm as tilus
 from tilus_tvm import dtypes, lowp
 from tilus_tvm.dtypes import float_type
 from tests.instructions import lowp_kernels as K
@@ -176,3 +177,19 @@ def test_slices_transposes_and_reshapes_of_packed_register_tensors(name):
     expected = [values[:, 16:48], values[:, 8:40], values[5], values.t(), values.reshape(64, 32)]
     for label, got, want in zip("abcde", outputs, expected):
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True, msg=f"{name} view {label}")
+
+
+def test_packed_tensors_made_on_the_gpu_launch_kernels():
+    """Tilus's tensor constructors on the GPU (the default device there), passed to a kernel as PackedTensors: the
+    careful path takes their storage, at the first launch and at the next (whose fast path refuses a PackedTensor)."""
+    kernel = K.cast_copy(dtypes.uint4b, dtypes.float16, rows=32, cols=64)
+    x = tilus.randint(0, 16, [96, 64], tilus.uint4b)
+    y = tilus.full([96, 64], float("nan"), tilus.float16)
+    assert x.device.type == "cuda" and y.device.type == "cuda"
+    for _ in range(2):
+        kernel(96, x, y)
+        torch.cuda.synchronize()
+        assert torch.equal(y.torch().float(), x.to_torch().float())
+        y = tilus.full([96, 64], float("nan"), tilus.float16)
+    n = tilus.randn([4096], tilus.float8_e4m3)
+    assert n.to_torch().abs().max() <= 448 and torch.equal(n.to_torch(), n.torch().float())

@@ -214,6 +214,22 @@ def test_packed_arguments_are_checked():
         fp8.compile(10, torch.zeros(640, dtype=torch.uint8), torch.zeros(640, dtype=torch.float16), target="sm_90")
 
 
+def test_packed_tensors_are_kernel_arguments():
+    """A PackedTensor passes for a pointer of its type, as Tilus's tensors do: its packed bytes for a packed type,
+    its typed view for the others; one of another type is refused, naming both."""
+    kernel = K.cast_copy(dtypes.uint4b, dtypes.float16, rows=32, cols=64)
+    x = tilus.randint(0, 16, [10, 64], tilus.uint4b, device="cpu")
+    y = tilus.empty([10, 64], tilus.float16, device="cpu")
+    by_storage = kernel.compile(10, x.storage, y.torch(), target="sm_90").cuda_source
+    assert kernel.compile(10, x, y, target="sm_90").cuda_source == by_storage
+    with pytest.raises(LaunchError, match=r"x_ptr must be a uint4b tensor \(~uint4b\), got a PackedTensor of int4b"):
+        kernel.compile(10, tilus.zeros([10, 64], tilus.int4b, device="cpu"), y, target="sm_90")
+    with pytest.raises(LaunchError, match="y_ptr must be a float16 tensor .*got a PackedTensor of bfloat16"):
+        kernel.compile(10, x, tilus.zeros([10, 64], tilus.bfloat16, device="cpu"), target="sm_90")
+    with pytest.raises(LaunchError, match="must be a torch tensor or a PackedTensor, got list"):
+        kernel.compile(10, [0] * 320, y, target="sm_90")
+
+
 def test_arithmetic_on_packed_tensors_is_refused():
     class AddCodes(tilus.Script):
         def __call__(self, x_ptr: ~dtypes.uint4b):

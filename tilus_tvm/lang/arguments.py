@@ -16,7 +16,7 @@ from typing import Any, Optional
 from tilus_tvm.dtypes import as_dtype, void
 from tilus_tvm.errors import LaunchError, ScriptError
 from tilus_tvm.lang.signature import ParamSpec
-from tilus_tvm.lowp import is_packed, storage_torch_dtypes
+from tilus_tvm.lowp import PackedTensor, is_packed, storage_torch_dtypes
 
 VECTOR_ALIGNMENT = 16
 MAX_INDEX = 2**31 - 1  # kernels index with int32 (inside a sub-view, for a tensor reached through sub-views)
@@ -143,10 +143,35 @@ def check_index_range(kernel: str, specs: list[ParamSpec], abi_params: tuple, bo
                               f"{MAX_INDEX})")
 
 
+def unwrap_packed(specs: list[ParamSpec], args: tuple, kernel: str) -> tuple:
+    """``args`` with each :class:`~tilus_tvm.PackedTensor` given for a pointer parameter replaced by the torch
+    tensor the kernel takes (Tilus passes its own tensors to kernels): its packed bytes for a packed type, its
+    typed view (``.torch()``) for the others; its dtype must be the parameter's (for ``~void``: a type torch has)."""
+    if not any(isinstance(value, PackedTensor) for value in args):
+        return args
+    unwrapped = list(args)
+    for i, (spec, value) in enumerate(zip(specs, args)):
+        if not isinstance(value, PackedTensor) or spec.kind != "pointer":
+            continue
+        if spec.dtype is void:
+            if value.dtype.torch_name is None:
+                raise LaunchError(f"{kernel}: argument {spec.name} (~void) is a PackedTensor of {value.dtype.name}, "
+                                  f"which torch has no dtype for; declare the parameter ~{value.dtype.name}")
+            unwrapped[i] = value.torch()
+        elif value.dtype != spec.dtype:
+            raise LaunchError(f"{kernel}: argument {spec.name} must be a {spec.dtype.name} tensor "
+                              f"(~{spec.dtype.name}), got a PackedTensor of {value.dtype.name}")
+        else:
+            unwrapped[i] = value.storage if is_packed(spec.dtype) else value.torch()
+    return tuple(unwrapped)
+
+
 def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -> BoundArguments:
     if len(args) != len(specs):
         raise LaunchError(f"{kernel} takes {len(specs)} arguments ({describe_signature(specs)}), got {len(args)}")
     import torch
+
+    args = unwrap_packed(specs, args, kernel)
 
     bound = BoundArguments()
     aligned = set()
@@ -159,8 +184,8 @@ def bind(specs: list[ParamSpec], args: tuple, kernel: str, require_cuda: bool) -
             bound.call_args.append(scalar)
         else:
             if not isinstance(value, torch.Tensor):
-                raise LaunchError(f"{kernel}: argument {spec.name} (~{spec.dtype.name}) must be a torch tensor, got "
-                                  f"{type(value).__name__}")
+                raise LaunchError(f"{kernel}: argument {spec.name} (~{spec.dtype.name}) must be a torch tensor or a "
+                                  f"PackedTensor, got {type(value).__name__}")
             if spec.dtype is void:
                 try:
                     bound.pointer_dtypes[spec.name] = as_dtype(value.dtype)

@@ -100,6 +100,8 @@ def launch(script: Script, args: tuple) -> None:
 def launch_carefully(script: Script, args: tuple) -> None:
     """Check every argument, find or build the kernel, launch it, and remember its launcher."""
     specs = signature(type(script))
+    if len(args) == len(specs):  # (PackedTensors: their torch tensors, which the launch table is keyed on)
+        args = arguments.unwrap_packed(specs, args, type(script).__name__)
     bound = arguments.bind(specs, args, type(script).__name__, require_cuda=True)
     kernel = _kernel_for(script, bound, None)
     kernel.launch(bound)

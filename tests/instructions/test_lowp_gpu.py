@@ -179,17 +179,25 @@ def test_slices_transposes_and_reshapes_of_packed_register_tensors(name):
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True, msg=f"{name} view {label}")
 
 
-def test_packed_tensors_made_on_the_gpu_launch_kernels():
+def test_packed_tensors_made_on_the_gpu_launch_kernels(monkeypatch):
     """Tilus's tensor constructors on the GPU (the default device there), passed to a kernel as PackedTensors: the
-    careful path takes their storage, at the first launch and at the next (whose fast path refuses a PackedTensor)."""
+    careful path takes their storage at the first launch; the next ones go to the launcher of those torch tensors
+    (arguments.bind, the careful check, is not called again)."""
+    from tilus_tvm.lang import arguments
+
     kernel = K.cast_copy(dtypes.uint4b, dtypes.float16, rows=32, cols=64)
     x = tilus.randint(0, 16, [96, 64], tilus.uint4b)
     y = tilus.full([96, 64], float("nan"), tilus.float16)
     assert x.device.type == "cuda" and y.device.type == "cuda"
-    for _ in range(2):
+    for launch in range(3):
+        if launch == 1:
+            monkeypatch.setattr(arguments, "bind", lambda *a, **k: pytest.fail("the careful path was taken"))
         kernel(96, x, y)
         torch.cuda.synchronize()
         assert torch.equal(y.torch().float(), x.to_torch().float())
         y = tilus.full([96, 64], float("nan"), tilus.float16)
+    monkeypatch.undo()
+    with pytest.raises(tilus.LaunchError, match="x_ptr must be a uint4b tensor"):
+        kernel(96, tilus.zeros([96, 64], tilus.int4b), y)
     n = tilus.randn([4096], tilus.float8_e4m3)
     assert n.to_torch().abs().max() <= 448 and torch.equal(n.to_torch(), n.torch().float())

@@ -100,8 +100,16 @@ def launch(script: Script, args: tuple) -> None:
 def launch_carefully(script: Script, args: tuple) -> None:
     """Check every argument, find or build the kernel, launch it, and remember its launcher."""
     specs = signature(type(script))
-    if len(args) == len(specs):  # (PackedTensors: their torch tensors, which the launch table is keyed on)
-        args = arguments.unwrap_packed(specs, args, type(script).__name__)
+    if len(args) == len(specs):
+        unwrapped = arguments.unwrap_packed(specs, args, type(script).__name__)
+        table = getattr(script._tilus, "launch_table", None)
+        if unwrapped is not args and table is not None:  # PackedTensors: the launcher of their torch tensors
+            try:
+                table.dispatch(*unwrapped)
+                return
+            except Exception:  # noqa: BLE001 - as in launch(): the careful path below says why
+                pass
+        args = unwrapped  # (the launch table is keyed on torch tensors)
     bound = arguments.bind(specs, args, type(script).__name__, require_cuda=True)
     kernel = _kernel_for(script, bound, None)
     kernel.launch(bound)

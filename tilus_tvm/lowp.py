@@ -472,10 +472,6 @@ def _shape(shape: Any, op: str) -> tuple:
     return extents
 
 
-def _converted(values, dtype: Any) -> PackedTensor:
-    return from_torch(values).to(dtype)
-
-
 def empty(shape: Any, dtype: Any, device: Any = None) -> PackedTensor:
     """An uninitialised tensor of ``dtype`` (its bytes as they were)."""
     import torch
@@ -489,7 +485,7 @@ def full(shape: Any, fill_value: Union[int, float], dtype: Any, device: Any = No
     """Every element ``fill_value``, rounded into ``dtype``."""
     import torch
 
-    return _converted(torch.full(_shape(shape, "full"), fill_value, dtype=torch.float64, device=_device(device)),
+    return from_torch(torch.full(_shape(shape, "full"), fill_value, dtype=torch.float64, device=_device(device)),
                       dtype)
 
 
@@ -505,21 +501,21 @@ def rand(shape: Any, dtype: Any, device: Any = None) -> PackedTensor:
     """Uniform values in [0, 1), rounded into ``dtype``."""
     import torch
 
-    return _converted(torch.rand(_shape(shape, "rand"), device=_device(device)), dtype)
+    return from_torch(torch.rand(_shape(shape, "rand"), device=_device(device)), dtype)
 
 
 def randn(shape: Any, dtype: Any, device: Any = None) -> PackedTensor:
     """Standard normal values, rounded into ``dtype`` (saturating at its range)."""
     import torch
 
-    return _converted(torch.randn(_shape(shape, "randn"), device=_device(device)), dtype)
+    return from_torch(torch.randn(_shape(shape, "randn"), device=_device(device)), dtype)
 
 
 def randint(low: int, high: int, shape: Any, dtype: Any, device: Any = None) -> PackedTensor:
     """Integers drawn uniformly from [low, high), rounded into ``dtype``."""
     import torch
 
-    return _converted(torch.randint(low, high, _shape(shape, "randint"), dtype=torch.int64, device=_device(device)),
+    return from_torch(torch.randint(low, high, _shape(shape, "randint"), dtype=torch.int64, device=_device(device)),
                       dtype)
 
 

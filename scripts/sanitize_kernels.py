@@ -202,14 +202,15 @@ def quantized_kernels(cuda):
             long_a = torch.randn(m, 1024, dtype=torch.float16, **cuda)
             long_codes = torch.randint(0, codes_max, (1024, n), **cuda).float()
             long_scales = torch.rand(8, n, dtype=torch.float16, **cuda) / codes_max / 2
+            long_packed = pack_weight(long_codes, name, 128)
+            reference = long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(128, 0)).float()
             for label, config in (("stages released by barriers", released), ("one warpgroup, 128 rows", WGMMA_MEDIUM),
                                   ("three warpgroups, 192 channels", WGMMA_THREE_GROUPS),
                                   ("64-row tile, two steps in flight", replace(WGMMA_CONFIGS[0][1], prefetch=2)),
                                   ("64-row tile, two steps in fixed slots",
                                    replace(WGMMA_CONFIGS[0][1], prefetch=2, fixed_slots=True))):
                 check(f"quantized_matmul {name} g128 {m}x{n}x1024 wgmma, {label}",
-                      quantized_matmul(long_a, pack_weight(long_codes, name, 128), long_scales, config=config),
-                      long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(128, 0)).float(), 5e-2)
+                      quantized_matmul(long_a, long_packed, long_scales, config=config), reference, 5e-2)
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["quantized"]:

@@ -35,6 +35,27 @@ def reordered_cast(src_dtype, dst_dtype, src_layout, dst_layout, warps: int = 4)
     return ReorderedCast()
 
 
+def affine_cast(src_dtype, dst_dtype, src_layout, dst_layout, minus: bool, times: bool, warps: int = 4):
+    """y = (cast(x) - z) * s for one tile of src_layout's shape, z and s one value a row ([rows, 1], broadcast;
+    either left out), x loaded in ``src_layout`` and converted into ``dst_layout`` (cast(..., minus=, times=))."""
+    rows, cols = src_layout.shape
+
+    class AffineCast(tilus.Script):
+        def __call__(self, x_ptr: ~src_dtype, z_ptr: ~dst_dtype, s_ptr: ~dst_dtype, y_ptr: ~dst_dtype):
+            self.attrs.blocks = 1
+            self.attrs.warps = warps
+            gx = self.global_view(x_ptr, dtype=src_dtype, shape=[rows, cols])
+            gz = self.global_view(z_ptr, dtype=dst_dtype, shape=[rows, 1])
+            gs = self.global_view(s_ptr, dtype=dst_dtype, shape=[rows, 1])
+            gy = self.global_view(y_ptr, dtype=dst_dtype, shape=[rows, cols])
+            x = self.load_global(gx, offsets=[0, 0], shape=[rows, cols], layout=src_layout)
+            z = self.load_global(gz, offsets=[0, 0], shape=[rows, 1]) if minus else None
+            s = self.load_global(gs, offsets=[0, 0], shape=[rows, 1]) if times else None
+            self.store_global(gy, self.cast(x, dst_dtype, layout=dst_layout, minus=z, times=s), offsets=[0, 0])
+
+    return AffineCast()
+
+
 def shared_round_trip(dtype, rows: int, cols: int, warps: int = 4):
     """y = x through a shared tensor of ``dtype`` (stored by one layout, loaded with its transpose's)."""
 

@@ -212,6 +212,73 @@ def test_interleaved_int_word_masks_both_halves(half, dtype):
             assert got.tolist() == half_bits(values[codes], half).tolist(), (dtype, half, field)
 
 
+def rounded_bits(values, half: str) -> np.ndarray:
+    """The 16-bit patterns of values exact in float32, rounded to nearest even."""
+    f32 = torch.tensor(np.asarray(values, dtype=np.float32))
+    rounded = f32.to(torch.float16 if half == "float16" else torch.bfloat16)
+    return rounded.view(torch.int16).numpy().view(np.uint16).astype(np.uint32)
+
+
+@pytest.mark.parametrize("mode", ["minus", "times"])
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", [t for t in INTEGERS if t.nbits in (1, 2, 4)], ids=str)
+def test_interleaved_int_word_affine(dtype, half, mode):
+    """Each pair's fma taking a zero point (``code - z``, z an integer up to the limit the cast checks) or, for
+    unsigned codes, a scale (``code * s``, s of any magnitude the cast lets through): one rounding, the value the
+    separate steps give."""
+    if mode == "times" and dtype.signed:
+        pytest.skip("a signed code's scale stays a separate multiply (its addend is not exact)")
+    n, fields = dtype.nbits, 32 // dtype.nbits
+    rng = np.random.default_rng(20 + n + 100 * dtype.signed)
+    count = 4096
+    words = rng.integers(0, 1 << 32, count, dtype=np.uint64).astype(np.uint32)
+    mantissa = rules.HALF_FORMAT[half][1]
+    sign_offset = 1 << (n - 1) if dtype.signed else 0
+    if mode == "minus":
+        limit = (1 << mantissa) - sign_offset  # (2**(m+1) - 2**m - sign: the cast's check)
+        values = np.concatenate([rng.integers(-limit, limit + 1, count - 4), [limit, -limit, 0, 1]]).astype(np.float32)
+    else:
+        top = 6 if half == "float16" else 40  # |s| * 2**m finite in float16: |s| < 64
+        values = (rng.choice([-1.0, 1.0], count) * np.exp2(rng.uniform(-24, top, count))).astype(np.float32)
+        values = torch.tensor(values).to(torch.float16 if half == "float16" else torch.bfloat16).float().numpy()
+        values[:3] = [0.0, 2.0 ** (top - 1), -(2.0 ** (top - 1))]
+    value_bits = rounded_bits(values, half)
+    ops = rules.PortableOps()
+    names = [f"p{i}" for i in range(fields // 2)]
+
+    def build(b, i):
+        v = rules._half_to_f32(b["v"][i], half)
+
+        def both(x):  # a float32 exact in the 16-bit type, in both lanes
+            bits = rules._f32_to_half_rounded(x, half)
+            return bits | (bits << rules.u32(16))
+
+        def coefficients(pair, base):
+            if mode == "minus":
+                return both(rules.f32(1.0)), both(rules.f32(-base) - v)
+            return both(v), both(v * rules.f32(-base))
+
+        return dict(zip(names, rules.interleaved_int_word_affine(ops, b["w"][i], dtype, half, coefficients)))
+
+    out = run_cpu(build, {"w": words, "v": value_bits}, {name: np.zeros(count, np.uint32) for name in names})
+    codes_values = np.array(lowp.all_values(dtype), dtype=np.float64)
+    for i, name in enumerate(names):
+        for lane, field in enumerate((i, i + fields // 2)):
+            codes = (words >> np.uint32(field * n)) & np.uint32((1 << n) - 1)
+            exact = codes_values[codes] - values if mode == "minus" else codes_values[codes] * values
+            want = rounded_bits(exact, half)
+            if mode == "times":  # a zero code times a negative scale: +0 here, -0 in the separate multiply
+                want = np.where(exact == 0, 0, want)
+            got = (out[name] >> np.uint32(16 * lane)) & np.uint32(0xFFFF)
+            assert got.tolist() == want.tolist(), (dtype, half, mode, field)
+
+
+def test_place_magic():
+    """2**(m - place): 1024, 64 and 16 in float16 (places 0, 4 and 6), 128 and 8 in bfloat16."""
+    assert [rules.place_magic("float16", p) for p in (0, 4, 6)] == [0x6400, 0x5400, 0x4C00]
+    assert [rules.place_magic("bfloat16", p) for p in (0, 4)] == [0x4300, 0x4100]
+
+
 def test_interleaved_int_word_counts_instructions():
     """The point of interleaving: uint4b -> float16 in 9 operations for 8 codes (1 shift, 4 lop3, 4 fma)."""
     calls = []

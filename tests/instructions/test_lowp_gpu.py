@@ -130,6 +130,41 @@ def test_cast_into_another_register_order(src, dst, interleaved):
     assert torch.equal(y.cpu(), values.to(target.torch_dtype)), (src, dst)
 
 
+AFFINE = [("uint4b", "float16", False, True), ("uint4b", "float16", True, True), ("int4b", "float16", True, False),
+          ("int4b", "bfloat16", False, True), ("uint2b", "bfloat16", True, True), ("uint1b", "float16", False, True),
+          ("uint4b", "bfloat16", False, True), ("float6_e2m3", "float16", True, True)]
+
+
+@pytest.mark.parametrize("src,dst,minus,times", AFFINE, ids=[f"{a}-{b}-{m}-{t}" for a, b, m, t in AFFINE])
+def test_cast_with_minus_and_times(src, dst, minus, times):
+    """cast(x, dtype, minus=z, times=s) equals the separate steps (cast, subtract, multiply, each rounded) on
+    every element, one z and s a thread: integer zero points and scales below 64 (the fma takes them), and in
+    other threads of the same warps fractional or large zero points, scales of 64 and more, negative and tiny
+    ones (those threads take the separate steps); float6 (no fused path) alike."""
+    from tilus_tvm.layout import interleave_local, spatial
+
+    source, target = dtypes.as_dtype(src), dtypes.as_dtype(dst)
+    plain = spatial(32, 4).local(1, 32)
+    src_layout = interleave_local(plain, 32 // source.nbits) if source.nbits in (1, 2, 4) else plain
+    generator = torch.Generator().manual_seed(source.nbits + 10 * minus + 20 * times)
+    codes = torch.randint(0, 1 << source.nbits, (32 * 128,), generator=generator)
+    x, values = packed(codes, source).cuda(), lowp.decode(codes, source).reshape(32, 128)
+    half = target.torch_dtype
+    z = torch.randint(-40, 41, (32, 1), generator=generator).float()
+    z[3], z[7], z[11], z[12] = 0.5, 1500.0, -1016.0, 1016.0  # (fractional, beyond the fused limit, at it)
+    s = (torch.rand(32, 1, generator=generator) + 0.5) / 64
+    s[2], s[5], s[9], s[13], s[14] = 64.0, -3.0, 2.0 ** -20, 1000.0, -0.0078125  # (>= 64: separate; 1000 too)
+    z, s = z.to(half), s.to(half)
+    expected = values.to(half)
+    if minus:
+        expected = (expected - z).to(half)
+    if times:
+        expected = (expected * s).to(half)
+    y = torch.full((32, 128), -12345.0, dtype=half, device="cuda")
+    K.affine_cast(source, target, src_layout, plain, minus, times)(x, z.cuda(), s.cuda(), y)
+    assert torch.equal(y.cpu(), expected), (src, dst, minus, times)  # (+0 and -0 compare equal)
+
+
 @pytest.mark.parametrize("name", ["uint4b", "float6_e3m2"])
 def test_shared_round_trip(name):
     dtype = dtypes.as_dtype(name)

@@ -43,25 +43,32 @@ Into a layout of another register order, 1-, 2- and 4-bit integers whose words h
 slots at the same place of their two 16-bit halves (the input in
 :func:`~tilus_tvm.layout.register_ops.interleave_local` order of the output's words) take one ``lop3`` and
 one paired fma a pair (:func:`cast_rules.interleaved_int_word`); other reorderings go one element at a time.
+
+``cast(x, dtype, minus=z, times=s)`` is ``(cast(x) - z) * s``, each step rounded in ``dtype``. For those
+interleaved integers the pair's fma takes ``z`` (any code) or ``s`` (unsigned codes without ``z``), each place's
+codes under a magic number of their own (:func:`cast_rules.interleaved_int_word_affine`), in a thread whose values
+make every addend exact (:func:`_fused_exact`); other threads, and other types, take the separate steps.
 """
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Optional
 
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
-from tilus_tvm.backend.context import CodegenContext
+from tilus_tvm.backend.context import CodegenContext, broadcast_local
 from tilus_tvm.dtypes import DataType, float32, int32
 from tilus_tvm.instructions import cast_rules as rules
-from tilus_tvm.instructions.elementwise import propagate_same
+from tilus_tvm.instructions.elementwise import propagate_same, set_layout
 from tilus_tvm.instructions.packed import bits_of, pack_words, u32
 from tilus_tvm.instructions.registry import register
 from tilus_tvm.ir import inst as ir
 from tilus_tvm.layout.register import RegisterLayout
 from tilus_tvm.layout.register_ops import interleaved_slot, slot_permutation
 from tilus_tvm.lowp import float_family, is_low_precision, is_packed
+from tilus_tvm.passes.layout_choice import broadcast_layout
 
 HALVES = ("float16", "bfloat16")
 
@@ -121,6 +128,9 @@ class PtxOps:
     def mul2(self, bits: Any, scale: float, half: str):
         return self.fma2(bits, (scale, scale), (-0.0, -0.0), half)
 
+    def fma2_bits(self, bits: Any, mul: Any, add: Any, half: str):
+        return self.call("tilus_fma_f16x2" if half == "float16" else "tilus_fma_bf16x2", bits, mul, add)
+
 
 def _half2_bits(values, half: str) -> int:
     """The bits of two 16-bit floats (lane 0 low) -- exact constants only."""
@@ -146,14 +156,121 @@ def register_order(src: RegisterLayout, dst: RegisterLayout) -> Optional[tuple[i
 
 
 def required_operands(inst: ir.Cast) -> list:
-    """x in the output's layout, unless the two differ by register order only (the emitter renames)."""
+    """x in the output's layout, unless the two differ by register order only (the emitter renames); minus
+    and times in the output's layout reduced over their size-1 dimensions (as elementwise operands)."""
     src, out = inst.x.layout, inst.output.layout
+    affine = [(t, broadcast_layout(out, t.shape)) for t in (inst.minus, inst.times) if t is not None]
     if src is not None and out is not None and src != out and register_order(src, out) is not None:
-        return []
-    return [(inst.x, out)]
+        return affine
+    return [(inst.x, out)] + affine
+
+
+def propagate_cast(inst: ir.Cast) -> bool:
+    changed = propagate_same(inst.output, inst.x)
+    if inst.output.layout is not None:
+        for t in (inst.minus, inst.times):
+            if t is not None and t.layout is None:
+                changed |= set_layout(t, broadcast_layout(inst.output.layout, t.shape))
+    return changed
 
 
 def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) -> None:
+    if inst.minus is None and inst.times is None:
+        return _emit_plain_cast(ctx, inst, hardware_fp8)
+    out = inst.output
+    dst_buf = ctx.reg(out)
+
+    def separately():  # the conversion, then the subtraction and the multiply, each rounded
+        _emit_plain_cast(ctx, inst, hardware_fp8)
+        for slot in range(out.layout.local_size):
+            value = dst_buf[slot]
+            if inst.minus is not None:
+                value = value - _affine_value(ctx, inst.minus, out.layout, slot)
+            if inst.times is not None:
+                value = value * _affine_value(ctx, inst.times, out.layout, slot)
+            Tb.buffer_store(dst_buf, value, [slot])
+
+    if not _fusable(inst):
+        return separately()
+    with Tb.If(_fused_exact(ctx, inst)):  # every addend this thread's fma would take is exact
+        with Tb.Then():
+            _emit_fused_interleaved(ctx, inst)
+        with Tb.Else():
+            separately()
+
+
+def _affine_value(ctx: CodegenContext, tensor: Any, out_layout: RegisterLayout, slot: int):
+    """The element of ``tensor`` (minus or times, broadcast) for the output's register slot ``slot``."""
+    return ctx.reg(tensor)[broadcast_local(out_layout, tensor.shape, slot)]
+
+
+def _fusable(inst: ir.Cast) -> bool:
+    """Whether the cast's paired fma can take minus (or, for unsigned codes without minus, times): 1-, 2- and
+    4-bit integers in interleaved order into float16/bfloat16 (:func:`cast_rules.interleaved_int_word_affine`).
+    A signed code's addend with a scale, ``(base + 2**(n-1)) * s``, is not exact in general: that stays two
+    instructions."""
+    source, target = inst.x.dtype, inst.output.dtype
+    if inst.placement is not None or target.name not in HALVES or not is_packed(source) or \
+            not rules.interleavable(source) or inst.x.layout == inst.output.layout:
+        return False
+    if inst.minus is None and source.signed:
+        return False
+    return is_interleaved_order(register_order(inst.x.layout, inst.output.layout), source)
+
+
+def _fused_exact(ctx: CodegenContext, inst: ir.Cast) -> Any:
+    """Whether this thread's fma addends are all exact in the 16-bit type, so the fused cast rounds once where
+    the separate steps would round to the same value: with minus, every ``z`` an integer of at most
+    ``2**(m+1) - 2**m - 2**(n-1)`` in magnitude (``-base - z`` then an integer within ``2**(m+1)``); with
+    times alone, every ``|s| * 2**m`` finite (``-base * s`` a power of two times ``s``). NaN fails both."""
+    half = inst.output.dtype.name
+    exponent_bits, mantissa_bits = rules.HALF_FORMAT[half]
+    largest = math.ldexp(2.0 - math.ldexp(1.0, -mantissa_bits), (1 << (exponent_bits - 1)) - 1)
+    source = inst.x.dtype
+    sign = 1 << (source.nbits - 1) if source.signed else 0
+    tensor = inst.minus if inst.minus is not None else inst.times
+    buffer = ctx.reg(tensor)
+    conditions = []
+    for slot in range(int(buffer.shape[0])):
+        value = tirx.Cast("float32", buffer[slot])
+        if inst.minus is not None:
+            limit = float((1 << (mantissa_bits + 1)) - (1 << mantissa_bits) - sign)
+            conditions.append(tirx.And(value == tirx.floor(value), tirx.abs(value) <= rules.f32(limit)))
+        else:
+            conditions.append(tirx.abs(value) * rules.f32(float(1 << mantissa_bits)) <= rules.f32(largest))
+    return functools.reduce(tirx.And, conditions)
+
+
+def _emit_fused_interleaved(ctx: CodegenContext, inst: ir.Cast) -> None:
+    """The conversion with minus (or times) in each pair's fma (:func:`cast_rules.interleaved_int_word_affine`),
+    then times where minus took the fma."""
+    out, src = inst.output, inst.x
+    half, dst_buf, src_buf = out.dtype.name, ctx.reg(out), ctx.reg(src)
+    per_word = 32 // src.dtype.nbits
+
+    def lanes(first, second):  # two 16-bit floats as the bits of one register (first low)
+        return tirx.Cast("uint32", tirx.reinterpret("uint16", first)) | \
+            (tirx.Cast("uint32", tirx.reinterpret("uint16", second)) << u32(16))
+
+    for w in range(int(src_buf.shape[0])):
+        def coefficients(i, base, w=w):
+            slots = (w * per_word + 2 * i, w * per_word + 2 * i + 1)
+            minus_base = tirx.const(-base, out.dtype.tvm_name)
+            if inst.minus is not None:
+                z = [_affine_value(ctx, inst.minus, out.layout, slot) for slot in slots]
+                return u32(_half2_bits((1.0, 1.0), half)), lanes(minus_base - z[0], minus_base - z[1])
+            s = [_affine_value(ctx, inst.times, out.layout, slot) for slot in slots]
+            return lanes(s[0], s[1]), lanes(s[0] * minus_base, s[1] * minus_base)
+
+        pairs = rules.interleaved_int_word_affine(PtxOps(), src_buf[w], src.dtype, half, coefficients)
+        for i, bits in enumerate(pairs):
+            Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), [tirx.Ramp(w * per_word + 2 * i, 1, 2)])
+    if inst.minus is not None and inst.times is not None:
+        for slot in range(out.layout.local_size):
+            Tb.buffer_store(dst_buf, dst_buf[slot] * _affine_value(ctx, inst.times, out.layout, slot), [slot])
+
+
+def _emit_plain_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) -> None:
     out, src = inst.output, inst.x
     source, target = src.dtype, out.dtype
     src_buf, dst_buf = ctx.reg(src), ctx.reg(out)
@@ -338,10 +455,9 @@ def convert(value: Any, source: DataType, target: DataType):
 
 
 def _register() -> None:
-    propagate = lambda inst: propagate_same(inst.output, inst.x)  # noqa: E731
-    register(ir.Cast, "sm_80", emit=emit_cast, propagate=propagate, required=required_operands)
+    register(ir.Cast, "sm_80", emit=emit_cast, propagate=propagate_cast, required=required_operands)
     register(ir.Cast, "sm_89", emit=lambda ctx, inst: emit_cast(ctx, inst, hardware_fp8=True),
-             propagate=propagate, required=required_operands)
+             propagate=propagate_cast, required=required_operands)
 
 
 _register()

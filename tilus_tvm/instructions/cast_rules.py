@@ -230,6 +230,16 @@ class PortableOps:
     def mul2(self, bits: Any, scale: float, half: str):
         return self.fma2(bits, (scale, scale), (-0.0, -0.0), half)
 
+    def fma2_bits(self, bits: Any, mul: Any, add: Any, half: str):
+        """Lane-wise ``x * mul + add`` with ``mul`` and ``add`` given as the bits of two 16-bit floats (uint32
+        expressions), rounded to nearest even once (exact for the operands used: the product and the sum are
+        exact in float32)."""
+        lanes = []
+        for lane in range(2):
+            x, m, a = (_half_to_f32(v >> u32(16 * lane) & u32(0xFFFF), half) for v in (bits, mul, add))
+            lanes.append(_f32_to_half_rounded(x * m + a, half))
+        return lanes[0] | (lanes[1] << u32(16))
+
 
 def _half_to_f32(bits16: Any, half: str):
     if half == "bfloat16":
@@ -241,6 +251,14 @@ def _f32_to_half(value: Any, half: str):
     if half == "bfloat16":  # exact results: the low half of the pattern is zero
         return tirx.reinterpret("uint32", value) >> u32(16)
     return tirx.Cast("uint32", tirx.reinterpret("uint16", tirx.Cast("float16", value)))
+
+
+def _f32_to_half_rounded(value: Any, half: str):
+    """The bits (uint32) of a finite float32 rounded to nearest even into ``half``."""
+    if half == "bfloat16":
+        bits = tirx.reinterpret("uint32", value)
+        return (bits + u32(0x7FFF) + ((bits >> u32(16)) & u32(1))) >> u32(16)
+    return _f32_to_half(value, half)
 
 
 def int4_pair(ops: Any, word: Any, byte: int, signed: bool):
@@ -319,27 +337,60 @@ def interleaved_int_word(ops: Any, word: Any, dtype: DataType, half: str) -> lis
     (``p + n`` above the mantissa's bits) is taken from the word shifted right, one shift serving every
     code that then fits: ``uint4b`` -> float16 is 1 shift, 4 ``lop3`` and 4 fma for 8 codes, where
     :func:`int4_pair` takes 12, and ``uint2b`` 17 for 16 codes, where :func:`narrow_int_word` takes 27."""
+    pattern, magic, _ = HALF_MAGIC[half]
+    pairs = []
+    for place, sign, bits in _interleaved_fields(ops, word, dtype, half, lambda place: pattern):
+        scale = math.ldexp(1.0, -place)
+        offset = -magic * scale - sign
+        pairs.append(ops.fma2(bits, (scale, scale), (offset, offset), half))
+    return pairs
+
+
+def place_magic(half: str, place: int) -> int:
+    """The bits of ``2**(m - place)`` in ``half`` (``m`` its mantissa bits): the magic number under which a
+    code at bit ``place`` of the mantissa counts in units (lanes ``2**(m - place) + c``)."""
+    exponent_bits, mantissa_bits = HALF_FORMAT[half]
+    return ((1 << (exponent_bits - 1)) - 1 + mantissa_bits - place) << mantissa_bits
+
+
+def interleaved_int_word_affine(ops: Any, word: Any, dtype: DataType, half: str, coefficients: Any) -> list:
+    """:func:`interleaved_int_word`'s pairs, each under the magic number of its own place
+    (:func:`place_magic`), so that its lanes hold ``base + c`` (``base``: ``2**(m - place)``, plus
+    ``2**(n-1)`` for signed codes), finished by one paired fma whose operands the caller makes:
+    ``coefficients(i, base)`` gives the bits of pair ``i``'s multiplier and addend (``uint32``, two lanes).
+    The cast takes a zero point (``mul`` 1, ``add -base - z``) or a scale (``mul s``, ``add -base * s``)
+    into that fma this way, where the addend is exact (:func:`tilus_tvm.instructions.cast` checks)."""
+    mantissa_bits = HALF_FORMAT[half][1]
+    pairs = []
+    for i, (place, sign, bits) in enumerate(_interleaved_fields(ops, word, dtype, half,
+                                                                lambda place: place_magic(half, place))):
+        mul, add = coefficients(i, math.ldexp(1.0, mantissa_bits - place) + sign)
+        pairs.append(ops.fma2_bits(bits, mul, add, half))
+    return pairs
+
+
+def _interleaved_fields(ops: Any, word: Any, dtype: DataType, half: str, pattern_at: Any):
+    """(place, signed offset, bits) of each pair of :func:`interleaved_int_word`, in pair order: the bits hold
+    the pair's codes at ``place`` of both 16-bit halves under ``pattern_at(place)`` (sign bits flipped)."""
     n = dtype.nbits
     if not interleavable(dtype):
         raise ValueError(f"interleaved_int_word: {dtype.name} is not a 1-, 2- or 4-bit integer type")
-    pattern, magic, mantissa_bits = HALF_MAGIC[half]
+    mantissa_bits = HALF_MAGIC[half][2]
     both = 0x00010001  # a 16-bit constant in both halves
     sign = 1 << (n - 1) if dtype.signed else 0
-    pairs, shift, source = [], 0, word
+    shift, source = 0, word
     for i in range(16 // n):
         if i * n - shift + n > mantissa_bits:  # this code would reach the exponent: shift it to bit 0
             shift = i * n
             source = ops.bind(word >> u32(shift))
         place = i * n - shift
         mask = u32((low_mask(n) << place) * both)
+        pattern = pattern_at(place)
         if sign:
             bits = ops.lop3(source, mask, u32((pattern ^ sign << place) * both), LOP3_AND_XOR)
         else:
             bits = ops.lop3(source, mask, u32(pattern * both), LOP3_AND_OR)
-        scale = math.ldexp(1.0, -place)
-        offset = -magic * scale - sign
-        pairs.append(ops.fma2(bits, (scale, scale), (offset, offset), half))
-    return pairs
+        yield place, sign, bits
 
 
 def byte_pair(ops: Any, word: Any, pair: int, signed: bool):

@@ -137,6 +137,9 @@ class Cast(Instruction):
     # x's words hold its codes' bits where this tilus_tvm.bit_placement.BitPlacement puts them (not densely)
     placement: Any = None
     scale: float = 1.0  # a power of two the result is multiplied by (exactly), with a placement only
+    # then, in the result's type: minus subtracted, then times multiplied (each broadcast over x's shape)
+    minus: Optional[RegisterTensor] = None
+    times: Optional[RegisterTensor] = None
 
 
 @dataclass(eq=False)

@@ -47,6 +47,17 @@ def _binary(op: str, doc: str):
     return method
 
 
+def _check_reordering(builder, x: RegisterTensor, layout: Any) -> None:
+    """cast's ``layout``: a layout of x's shape that gives each thread x's elements (in any register order)."""
+    from tilus_tvm.instructions.cast import register_order
+    from tilus_tvm.lang.instructions.memory import check_layout
+
+    check_layout("cast", layout, tuple(x.shape), builder.num_threads)
+    if x.layout is not None and x.layout != layout and register_order(x.layout, layout) is None:
+        raise ScriptError(f"cast: layout {layout} does not give each thread the elements that x's layout "
+                          f"{x.layout} gives it (only the register order may differ)")
+
+
 class ComputeInstructions(InstructionBase):
     """Elementwise math, casts, reductions, scans, dot and printf."""
 
@@ -151,7 +162,8 @@ class ComputeInstructions(InstructionBase):
 
     def cast(self, x: RegisterTensor, dtype: DataType, *, layout: Optional[Any] = None,
              out: Optional[RegisterTensor] = None, placement: Optional[Any] = None,
-             scale: float = 1.0) -> RegisterTensor:
+             scale: float = 1.0, minus: Optional[RegisterTensor] = None,
+             times: Optional[RegisterTensor] = None) -> RegisterTensor:
         """Convert every element of ``x`` to ``dtype`` (same shape and layout), as C converts: floats
         round to nearest, floats to integers truncate toward zero; ``x.to(dtype)`` is the same. Packed
         low-precision types convert exactly (:mod:`tilus_tvm.instructions.cast`).
@@ -170,31 +182,69 @@ class ComputeInstructions(InstructionBase):
         is multiplied by, exactly (placement only): ``2**(bias(dtype) - bias(x))`` leaves a float's placed
         pattern as it is, with no multiply -- for a caller that multiplies by its own scales afterwards.
 
+        ``minus`` / ``times``: register tensors of ``dtype`` whose shapes broadcast to x's (each dimension
+        equal or 1): the result is ``(cast(x) - minus) * times``, each step rounded in ``dtype`` as separate
+        instructions would round it -- a quantized weight's zero point and group scale. Where x holds 1-, 2- or
+        4-bit integer codes in interleaved order, the conversion's paired fma takes the zero point, or, for
+        unsigned codes without one, the scale, one instruction a pair instead of two, whenever this thread's
+        values make its addend exact (integer zero points; scales below ``2**(16 - m)`` in float16's range,
+        ``m`` = 10); otherwise, and for other types, the thread takes the separate steps. A multiply of a
+        zero code may then give +0 where the separate steps give -0 (a negative scale).
+
         >>> h = self.cast(acc, float16)   # doctest: +SKIP
         >>> w = self.cast(self.view(words, dtype=uint4b, layout=interleave_local(mma_a, 8)), float16,
         ...               layout=mma_a)   # doctest: +SKIP
         """
         if placement is not None or scale != 1.0:
-            return self._placed_cast(x, dtype, layout, out, placement, scale)
+            return self._placed_cast(x, dtype, layout, out, placement, scale, minus, times)
+        if minus is not None or times is not None:
+            return self._affine_cast(x, dtype, layout, out, None, 1.0, minus, times)
         if layout is None:
             return self._result("cast", cast_value(x, dtype), out)
-        from tilus_tvm.instructions.cast import register_order
-        from tilus_tvm.lang.instructions.memory import check_layout
-
         if out is not None:
             raise ScriptError("cast: give layout or out, not both (out's layout is the result's)")
         builder = self._builder("cast")
         x = builder.materialize(x)
         if not isinstance(x, RegisterTensor):
             raise ScriptError(f"cast: with layout, x must be a register tensor, got {x!r}")
-        check_layout("cast", layout, tuple(x.shape), builder.num_threads)
-        if x.layout is not None and x.layout != layout and register_order(x.layout, layout) is None:
-            raise ScriptError(f"cast: layout {layout} does not give each thread the elements that x's layout "
-                              f"{x.layout} gives it (only the register order may differ)")
+        _check_reordering(builder, x, layout)
         result = builder.new_register(dtypes.as_dtype(dtype), x.shape, layout)
         return builder.materialize(cast_value(x, dtype), result)
 
-    def _placed_cast(self, x, dtype, layout, out, placement, scale) -> RegisterTensor:
+    def _affine_cast(self, x, dtype, layout, out, placement, scale, minus, times) -> RegisterTensor:
+        """cast(x, dtype, minus=, times=) (placement and scale as checked by the caller)."""
+        from tilus_tvm.ir import inst as ir
+
+        builder = self._builder("cast")
+        x = builder.materialize(x)
+        if not isinstance(x, RegisterTensor):
+            raise ScriptError(f"cast: with minus or times, x must be a register tensor, got {x!r}")
+        dtype = dtypes.as_dtype(dtype)
+        operands = []
+        for name, value in (("minus", minus), ("times", times)):
+            if value is None:
+                operands.append(None)
+                continue
+            value = builder.materialize(value)
+            if not isinstance(value, RegisterTensor) or value.dtype != dtype:
+                raise ScriptError(f"cast: {name} must be a register tensor of {dtype.name} (the result's type), got "
+                                  f"{value.describe() if isinstance(value, RegisterTensor) else repr(value)}")
+            if len(value.shape) != len(x.shape) or any(v not in (1, e) for v, e in zip(value.shape, x.shape)):
+                raise ScriptError(f"cast: {name} of shape {list(value.shape)} does not broadcast to x's "
+                                  f"{list(x.shape)} (each dimension equal or 1, same rank)")
+            operands.append(value)
+        if out is not None:
+            if layout is not None:
+                raise ScriptError("cast: give layout or out, not both (out's layout is the result's)")
+            result = builder.destination("cast", dtype, x.shape, out)
+        else:
+            if layout is not None:
+                _check_reordering(builder, x, layout)
+            result = builder.new_register(dtype, x.shape, layout)
+        builder.emit(ir.Cast(result, x, placement, float(scale), *operands))
+        return result
+
+    def _placed_cast(self, x, dtype, layout, out, placement, scale, minus=None, times=None) -> RegisterTensor:
         from tilus_tvm.bit_placement import BitPlacement, power_of_two
         from tilus_tvm.ir import inst as ir
 
@@ -220,6 +270,8 @@ class ComputeInstructions(InstructionBase):
         if x.layout.local_size % placement.slots:
             raise ScriptError(f"cast: a {placement.dtype.name} placement block is {placement.slots} codes; x's layout "
                               f"gives each thread {x.layout.local_size}, not whole blocks")
+        if minus is not None or times is not None:
+            return self._affine_cast(x, dtype, layout if out is None else None, out, placement, scale, minus, times)
         result = builder.destination("cast", dtype, x.shape, out) if out is not None else \
             builder.new_register(dtype, x.shape, layout)
         builder.emit(ir.Cast(result, x, placement, float(scale)))

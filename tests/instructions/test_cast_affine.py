@@ -1,0 +1,67 @@
+"""cast(x, dtype, minus=, times=) without a GPU: what it lowers to and how misuse is refused (the values are
+checked on the GPU by tests/instructions/test_lowp_gpu.py, and the fma's arithmetic on the CPU by
+test_cast_rules.py's test_interleaved_int_word_affine)."""
+import pytest
+import torch
+
+import tilus_tvm as tilus
+from tilus_tvm import dtypes
+from tilus_tvm.errors import ScriptError
+from tilus_tvm.layout import interleave_local, spatial
+from tests.instructions import lowp_kernels as K
+
+PLAIN = spatial(32, 4).local(1, 32)
+
+
+def args(source, target):
+    half = target.torch_dtype
+    return (torch.zeros(source.storage_bytes(32 * 128), dtype=torch.uint8), torch.zeros(32, 1, dtype=half),
+            torch.zeros(32, 1, dtype=half), torch.zeros(32, 128, dtype=half))
+
+
+@pytest.mark.parametrize("src,minus,times,fused", [("uint4b", False, True, True), ("uint4b", True, True, True),
+                                                   ("int4b", True, False, True), ("int4b", False, True, False),
+                                                   ("uint2b", False, True, True)])
+def test_interleaved_codes_take_minus_or_times_into_their_fma(src, minus, times, fused):
+    """Fused: one fma a pair under each place's magic number (64 = 0x5400 at bit 4 of a 4-bit pair), behind a
+    check of the thread's values, with the separate steps as the other branch; a signed code's scale alone is
+    never fused (its addend is not exact)."""
+    source, target = dtypes.as_dtype(src), dtypes.float16
+    kernel = K.affine_cast(source, target, interleave_local(PLAIN, 32 // source.nbits), PLAIN, minus, times)
+    code = kernel.compile(*args(source, target), target="sm_90").cuda_source.lower()
+    place_magic = {"uint4b": 0x54005400, "int4b": 0x54005400 ^ 0x00800080, "uint2b": 0x4C004C00}[src]
+    assert any(c in code for c in (hex(place_magic), str(place_magic))) == fused
+
+
+class Misuse(tilus.Script):
+    def __init__(self, case):
+        super().__init__()
+        self.case = case
+
+    def __call__(self, x_ptr: ~tilus.uint4b, z_ptr: ~tilus.float16, y_ptr: ~tilus.float16):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=tilus.uint4b, shape=[32, 128])
+        gz = self.global_view(z_ptr, dtype=tilus.float16, shape=[32, 128])
+        gy = self.global_view(y_ptr, dtype=tilus.float16, shape=[32, 128])
+        x = self.load_global(gx, offsets=[0, 0], shape=[32, 128], layout=PLAIN)
+        if self.case == "dtype":
+            y = self.cast(x, tilus.float16, minus=self.load_global(gz, offsets=[0, 0], shape=[32, 1]).to(tilus.float32))
+        elif self.case == "shape":
+            y = self.cast(x, tilus.float16, times=self.load_global(gz, offsets=[0, 0], shape=[32, 2]))
+        elif self.case == "rank":
+            y = self.cast(x, tilus.float16, times=self.load_global(gz, offsets=[0, 0], shape=[32, 1]).reshape([32]))
+        else:  # "scalar"
+            y = self.cast(x, tilus.float16, minus=1.0)
+        self.store_global(gy, y, offsets=[0, 0])
+
+
+@pytest.mark.parametrize("case,message", [
+    ("dtype", r"cast: minus must be a register tensor of float16 \(the result's type\), got .*float32"),
+    ("shape", r"cast: times of shape \[32, 2\] does not broadcast to x's \[32, 128\]"),
+    ("rank", r"cast: times of shape \[32\] does not broadcast to x's \[32, 128\]"),
+    ("scalar", r"cast: minus must be a register tensor of float16 \(the result's type\), got 1.0")])
+def test_minus_and_times_misuse_is_a_script_error_naming_the_argument(case, message):
+    with pytest.raises(ScriptError, match=message):
+        Misuse(case).tile_program(torch.zeros(32 * 64, dtype=torch.uint8), torch.zeros(32, 128, dtype=torch.float16),
+                                  torch.zeros(32, 128, dtype=torch.float16), target="sm_90")

@@ -211,6 +211,12 @@ def quantized_kernels(cuda):
                                    replace(WGMMA_CONFIGS[0][1], prefetch=2, fixed_slots=True))):
                 check(f"quantized_matmul {name} g128 {m}x{n}x1024 wgmma, {label}",
                       quantized_matmul(long_a, long_packed, long_scales, config=config), reference, 5e-2)
+            if name == "uint4b":  # scales of 64 and more: the fused scales' other branch (the separate multiply)
+                large = (long_scales.float() * 64 + 64).half()
+                small_a = (long_a.float() / 256).half()
+                check(f"quantized_matmul {name} g128 {m}x{n}x1024 wgmma, scales of 64 and more",
+                      quantized_matmul(small_a, long_packed, large, config=released),
+                      small_a.float() @ (long_codes.half() * large.repeat_interleave(128, 0)).float(), 5e-2)
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["quantized"]:

@@ -649,6 +649,40 @@ def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
                         warpgroup_mma=True)
 
 
+def test_wgmma_tiles_from_65_rows_take_unsigned_scales_into_the_conversion():
+    """fused_scales: the wgmma tiles of more than 64 rows convert unsigned 1-, 2- and 4-bit codes without zero points
+    with the group scale in the paired fma (the place-4 magic number 64, 0x5400, appears only there, beside a check of
+    the thread's scales); the 64-row tile, signed codes, zero points, groups smaller than a k-step and per-channel
+    scales keep the separate multiply; fused_scales=True where it cannot apply is refused."""
+    magic_64 = ("0x54005400", str(0x54005400))
+
+    def source(name, m, group=128, zero_points=False, **overrides):
+        fmt = WeightFormat(dtypes.as_dtype(name), 1024, 512, group)
+        config = replace(choose_config(m, fmt, 132, wgmma=True), **overrides)
+        kernel, compiled = compile_kernel(fmt, m, config, zero_points=zero_points, target="sm_90a")
+        return kernel, compiled.cuda_source.lower()
+
+    for name in ("uint4b", "uint2b", "uint1b"):
+        kernel, code = source(name, 256, block_m=128)
+        assert kernel.fused_scales and any(c in code for c in magic_64), name
+    for name, m, group, zero_points, overrides in (("uint4b", 64, 128, False, {"block_m": 64}),
+                                                   ("int4b", 256, 128, False, {}), ("uint4b", 256, 128, True, {}),
+                                                   ("uint4b", 256, 32, False, {}), ("uint4b", 256, 1024, False, {})):
+        kernel, code = source(name, m, group, zero_points, **overrides)
+        assert not kernel.fused_scales and not any(c in code for c in magic_64), (name, m, group, zero_points)
+    fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
+    assert QuantizedMatmul(fmt, warps=8, units_per_warp=1, block_m=64, stage_activations=True, scale_weights=True,
+                           warpgroup_mma=True, fused_scales=True).fused_scales  # (asked for: the 64-row tile too)
+    for name, zero_points, group in (("int4b", False, 128), ("uint4b", True, 128), ("uint3b", False, 128),
+                                     ("uint4b", False, 1024)):
+        with pytest.raises(ScriptError, match="fused_scales=True takes unsigned 1-, 2- or 4-bit codes"):
+            QuantizedMatmul(WeightFormat(dtypes.as_dtype(name), 1024, 512, group), zero_points=zero_points, warps=8,
+                            units_per_warp=1, block_m=128, stage_activations=True, scale_weights=True,
+                            warpgroup_mma=True, fused_scales=True)
+    with pytest.raises(ScriptError, match="fused_scales=1 must be None, True or False"):
+        QuantizedMatmul(fmt, fused_scales=1)
+
+
 def test_nine_to_sixteen_row_rows_ask_for_four_blocks_an_sm():
     """The 9-16-row rows (2- and 3-bit weights, and on sm_90a the TMA ring of 4- to 7-bit weights) launch with at most
     128 registers a thread, so that 4 blocks fit an SM where k-steps of several groups would take more (2 blocks of

@@ -354,3 +354,39 @@ def test_k_split_over_groups_of_warps(name, m, k, n, group, zero_points, dtype, 
                        "fixed_slots": True, "k_groups": 2, "split_k": 1, **overrides})
     for seed in (0, 1):
         check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, seed=seed, config=config)
+
+
+@pytest.mark.parametrize("name,dtype,kind", [("uint4b", torch.float16, "small"), ("uint4b", torch.float16, "large"),
+                                             ("uint4b", torch.float16, "mixed"), ("uint2b", torch.float16, "mixed"),
+                                             ("uint1b", torch.bfloat16, "mixed"), ("uint4b", torch.bfloat16, "large")])
+def test_scales_taken_into_the_conversion(name, dtype, kind):
+    """fused_scales (the wgmma tiles from 65 rows): every output equal, bit for bit, to the same tile multiplying the
+    scales separately, and close to torch's; scales around 1/sqrt(k), all of 64 and more (every thread takes the
+    separate multiply in float16), or mixed by channel (threads of one warp taking different paths: large, negative,
+    tiny)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs an sm_90a GPU (H100, H200)")
+    m, k, n, group = 200, 1024, 520, 128
+    generator = torch.Generator().manual_seed(7)
+    w = random_weight(name, k, n, generator)
+    packed = pack_weight(w.cuda(), name, group).to("cuda")
+    scales = (torch.rand(k // group, n, generator=generator) + 0.5) / math.sqrt(k)
+    if kind == "large":
+        scales = scales * 4096
+    elif kind == "mixed":
+        scales[:, ::3] *= 4096
+        scales[:, 1::7] *= -1
+        scales[:, 2::11] *= 2.0 ** -12
+    scales = scales.to(dtype).cuda()
+    # (activations scaled down where scales are large, so that no output overflows float16)
+    a = (torch.randn(m, k, generator=generator) * (1.0 if kind == "small" else 2.0 ** -8)).to(dtype).cuda()
+    tile = Config(warps=8, units_per_warp=2, block_m=128, stage_activations=True, stages=3, scale_weights=True,
+                  warpgroup_mma=True, release_barriers=True)
+    outs = []
+    for fused in (None, False):
+        out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+        quantized_matmul(a, packed, scales, out=out, config=replace(tile, fused_scales=fused))
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1]), (name, dtype, kind)
+    reference = a.float() @ dequantize(packed, scales)
+    torch.testing.assert_close(outs[0].float(), reference, rtol=2e-2, atol=2e-2 * reference.abs().max().item())

@@ -170,6 +170,17 @@ def placed_fold(fmt: WeightFormat, dtype: Any, zero_points: bool, weights_scaled
 # of its own: the last split of a tile to arrive at its counter (arrive_last) adds them all, so there is no
 # second launch
 SPLIT_REDUCTIONS = ("kernel", "serial")
+# The wgmma tiles of more than this many rows take an unsigned 1-, 2- or 4-bit code's group scale into the paired
+# fma that converts it (``cast(..., times=scales)``: ``h * s - M * s`` for a code under the magic number M, one
+# instruction a pair instead of two, in each thread whose scales keep ``M * s`` finite, |s| < 64 in float16). The
+# tiles from 65 rows are bound by the GPU's 700 W power limit, where every instruction a weight costs time. H100, A/B
+# in alternating processes, two runs each, every output checked: u4 256x8192x28672 218.0-219.9 -> 203.4-208.8 us,
+# 256x4096x11008 46.1-46.2 -> 42.9-43.4, 128x8192x28672 114.3-114.5 -> 109.4-109.6; u2 256x4096x11008 even (44.1-45.2
+# -> 44.0-45.8). The 64-row tile lost with it (u4 64x4096x11008 28.6 -> 32.2-32.5: 93 -> 114 registers), and so did
+# zero points taken into the fma (``minus``) at decode (u4 1x8192x28672 48.6-49.0 -> 50.2-50.8 us, 16 rows 58.5-59.0
+# -> 71.4-71.5 with spills, int4 49.3-49.4 -> 50.8), with no clear gain at 256 rows (49.2-49.3 -> 47.1-49.2): they
+# keep their subtraction.
+FUSED_SCALES_MIN_ROWS = 64
 
 # (warps, units_per_warp): 64 to 512 channels a block (units of 16; 2 or 4 a warp, a multiple of every
 # format's units). 8 x 4 is there for 8-bit weights: at 1x8192x28672 on the H100 it took uint8 from
@@ -213,7 +224,10 @@ class QuantizedMatmul(tilus.Script):
     ``warps`` warps (``warps * k_groups`` warps a block), group ``g`` taking k-steps ``g, g + k_groups, ...``
     of the block's, their partial sums added across the groups once, through shared memory, at the end (the
     TMA ring of weights, ``weight_stages``, whose stages then hold ``k_groups`` k-steps, as do the activations'
-    stages with ``stage_activations``).
+    stages with ``stage_activations``); ``fused_scales``: unsigned 1-, 2- or 4-bit codes without zero points, whose
+    scales multiply the weights, take their group's scale into the paired fma that converts them
+    (``cast(..., times=)``), in every thread whose scales allow it; None: on the ``warpgroup_mma`` tiles of more than
+    ``FUSED_SCALES_MIN_ROWS`` rows.
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
@@ -221,7 +235,7 @@ class QuantizedMatmul(tilus.Script):
                  scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "serial",
                  min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0,
                  tma_activations: Optional[bool] = None, weight_ring: int = 0, release_barriers: bool = False,
-                 fixed_slots: bool = False, k_groups: int = 1):
+                 fixed_slots: bool = False, k_groups: int = 1, fused_scales: Optional[bool] = None):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -297,6 +311,17 @@ class QuantizedMatmul(tilus.Script):
                                   f"of k_groups: {steps} k-steps of {fmt.kt} inputs split in {split_k}")
         self.k_groups = k_groups
         self.fold = placed_fold(fmt, dtype, self.zero_points, self.warpgroup_mma or self.scale_weights)
+        if fused_scales is not None and not isinstance(fused_scales, bool):
+            raise ScriptError(f"QuantizedMatmul: fused_scales={fused_scales!r} must be None, True or False")
+        fusable = (self.warpgroup_mma or self.scale_weights) and fmt.interleaved and not fmt.dtype.signed and \
+            not self.zero_points and fmt.groups_per_step == 1 and not fmt.per_channel
+        if fused_scales and not fusable:
+            raise ScriptError(f"QuantizedMatmul: fused_scales=True takes unsigned 1-, 2- or 4-bit codes without zero "
+                              f"points, in groups of a k-step or more (not per channel), with the scales applied to "
+                              f"the weights (warpgroup_mma or scale_weights); got {fmt.describe()}"
+                              f"{' with zero points' if self.zero_points else ''}")
+        self.fused_scales = fusable and (fused_scales if fused_scales is not None
+                                         else self.warpgroup_mma and block_m > FUSED_SCALES_MIN_ROWS)
         if self.warpgroup_mma:
             if warps % 4 or not stage_activations or not (scale_weights or fmt.per_channel):
                 raise ScriptError(f"QuantizedMatmul: warpgroup_mma needs whole warpgroups (warps={warps}), staged activations "
@@ -496,15 +521,21 @@ class QuantizedMatmul(tilus.Script):
                         z_new = self.load_step_groups(gz_steps, n0, step + kg, bn, group_layout) if self.zero_points \
                             else None
                     codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
-                    weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold)
+                    scales = sslots[u % sq] if grouped else None
+                    weighted = grouped and (self.warpgroup_mma or self.scale_weights)  # scales multiply weights
+                    # 1-, 2- and 4-bit codes on the wgmma tiles from 65 rows take their group's scale into the
+                    # conversion's paired fma (cast's times; unsigned codes without zero points, where the thread's
+                    # scales allow: see FUSED_SCALES_MIN_ROWS), where a k-step is one group
+                    times = scales if self.fused_scales else None
+                    weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold,
+                                        times=times)
                     if wq and fixed:  # the slot's codes are converted: it takes step i + prefetch's words
                         self.assign(wslots[u % wq], self.load_step_words(gw, granule0, step + wq, words))
                     if self.zero_points:
                         weights = self.by_group(weights, zslots[u % zq], "sub")
-                    scales = sslots[u % sq] if grouped else None
+                    if weighted and times is None:
+                        weights = self.by_group(weights, scales, "mul")
                     if self.warpgroup_mma:  # weights in registers (A), activations from shared memory (B)
-                        if grouped:
-                            weights = self.by_group(weights, scales, "mul")
                         self.wgmma_fence()
                         for h in list(range(kt // chunk)):
                             self.wgmma(weights[:, h * chunk:(h + 1) * chunk], sx[i % self.stages, h].transpose(), acc)
@@ -517,7 +548,6 @@ class QuantizedMatmul(tilus.Script):
                     elif fmt.per_channel:
                         acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
                     elif self.scale_weights:
-                        weights = self.by_group(weights, scales, "mul")
                         acc = self.dot_split(weights, x, acc, warp_grid=[warps, 1])
                     else:
                         # a dot a group, each scaled in float32
@@ -733,6 +763,7 @@ class Config:
     release_barriers: bool = False
     fixed_slots: bool = False
     k_groups: int = 1
+    fused_scales: Optional[bool] = None
 
 
 # (the largest batch served, the weight widths in bits served or None for all, the configuration, the blocks

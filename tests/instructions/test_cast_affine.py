@@ -9,6 +9,7 @@ from tilus_tvm import dtypes
 from tilus_tvm.errors import ScriptError
 from tilus_tvm.layout import interleave_local, spatial
 from tests.instructions import lowp_kernels as K
+from tilus_tvm.bit_placement import placement
 
 PLAIN = spatial(32, 4).local(1, 32)
 
@@ -65,3 +66,33 @@ def test_minus_and_times_misuse_is_a_script_error_naming_the_argument(case, mess
     with pytest.raises(ScriptError, match=message):
         Misuse(case).tile_program(torch.zeros(32 * 64, dtype=torch.uint8), torch.zeros(32, 128, dtype=torch.float16),
                                   torch.zeros(32, 128, dtype=torch.float16), target="sm_90")
+
+
+FP6 = placement(dtypes.float6_e3m2)
+
+
+class PlacedAffine(tilus.Script):
+    """float6_e3m2 codes by their bit placement, minus and times constant tensors ([32, 1], broadcast)."""
+
+    def __call__(self, x_ptr: ~dtypes.float6_e3m2, y_ptr: ~tilus.float16):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=dtypes.float6_e3m2, shape=[32, 128])
+        gy = self.global_view(y_ptr, dtype=tilus.float16, shape=[32, 128])
+        x = self.load_global(gx, offsets=[0, 0], shape=[32, 128], layout=PLAIN)
+        z = self.register_tensor(dtype=tilus.float16, shape=[32, 1], init=0.75)
+        s = self.register_tensor(dtype=tilus.float16, shape=[32, 1], init=3.0)
+        self.store_global(gy, self.cast(x, tilus.float16, placement=FP6, minus=z, times=s), offsets=[0, 0])
+
+
+def test_placed_codes_take_minus_and_times_as_separate_steps():
+    """Bit-placed codes have no fused form: the placement's masks and multiply, then a subtraction and a multiply
+    (no check of the thread's values: nothing to fall back from)."""
+    from tilus_tvm.lowp import storage_torch_dtypes
+
+    x = torch.zeros(dtypes.float6_e3m2.storage_bytes(32 * 128), dtype=storage_torch_dtypes("float6_e3m2")[0])
+    compiled = PlacedAffine().compile(x, torch.zeros(32 * 128, dtype=torch.float16), target="sm_90")
+    kernel = compiled.cuda_source.split("__global__", 1)[1]
+    assert "lop3.b32" in compiled.cuda_source and "tilus_lop3_and_or(" in kernel
+    assert "floorf" not in kernel and "if (" not in kernel  # (the fused path's check and branch)
+    assert kernel.count(" - ") >= 1 and kernel.count(" * ") >= 1

@@ -133,6 +133,11 @@ def library_kernels(cuda):
     quantized_kernels(cuda)
 
 
+def dequantized_product(a, codes, scales, group):
+    """``a @ w`` in float32 for the weights ``codes * scales`` (float16, a scale a group of rows)."""
+    return a.float() @ (codes.half() * scales.repeat_interleave(group, 0)).float()
+
+
 def quantized_kernels(cuda):
     from tilus_tvm.schedules import pack_weight, quantized_matmul
     from tilus_tvm.schedules.quantized_matmul import Config
@@ -148,21 +153,20 @@ def quantized_kernels(cuda):
         packed = pack_weight(codes, name, 128)
         scales = torch.rand(k // 128, n, dtype=torch.float16, **cuda) / codes_max / 2
         a = torch.randn(m, k, dtype=torch.float16, **cuda)
-        weight = codes.half() * scales.repeat_interleave(128, 0)
-        check(f"quantized_matmul {name} g128 {m}x{n}x{k}", quantized_matmul(a, packed, scales),
-              a.float() @ weight.float(), 5e-2)
+        expected = dequantized_product(a, codes, scales, 128)
+        check(f"quantized_matmul {name} g128 {m}x{n}x{k}", quantized_matmul(a, packed, scales), expected, 5e-2)
         if m <= 8 and k // 128 % 2 == 0:  # K split in two, both reductions, each launched twice
             for reduce in ("serial", "kernel"):
                 config = Config(prefetch=2, split_k=2, split_reduce=reduce)
                 for launch in range(2):
                     check(f"quantized_matmul {name} g128 {m}x{n}x{k} {reduce} split-K launch {launch}",
-                          quantized_matmul(a, packed, scales, config=config), a.float() @ weight.float(), 5e-2)
+                          quantized_matmul(a, packed, scales, config=config), expected, 5e-2)
         if name == "uint4b" and m <= 16 and k // 128 % 2 == 0:
             # the weight ring split in two (the copies past a split masked), alone and with staged activations
             ring = Config(units_per_warp=1, block_m=8 if m <= 8 else 16, weight_ring=3, split_k=2,
                           stage_activations=m > 8, stages=3)
             check(f"quantized_matmul {name} g128 {m}x{n}x{k} weight ring, split-K",
-                  quantized_matmul(a, packed, scales, config=ring), a.float() @ weight.float(), 5e-2)
+                  quantized_matmul(a, packed, scales, config=ring), expected, 5e-2)
         if m <= 16 and torch.cuda.get_device_capability() == (9, 0):
             # the sm_90a decode rows: weights through a TMA ring of 3 stages released by the warps, register
             # queues in fixed slots of the unrolled k-loop; K of 8 or 16 steps split in two (each stage reused);
@@ -184,7 +188,7 @@ def quantized_kernels(cuda):
             for group in (128, 64):
                 long_scales = torch.rand(1024 // group, n, dtype=torch.float16, **cuda) / codes_max / 2
                 long_packed = pack_weight(long_codes, name, group)
-                reference = long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(group, 0)).float()
+                reference = dequantized_product(long_a, long_codes, long_scales, group)
                 for label, config in tiles:
                     check(f"quantized_matmul {name} g{group} {m}x{n}x1024 {label}",
                           quantized_matmul(long_a, long_packed, long_scales, config=config), reference, 5e-2)
@@ -203,7 +207,7 @@ def quantized_kernels(cuda):
             long_codes = torch.randint(0, codes_max, (1024, n), **cuda).float()
             long_scales = torch.rand(8, n, dtype=torch.float16, **cuda) / codes_max / 2
             long_packed = pack_weight(long_codes, name, 128)
-            reference = long_a.float() @ (long_codes.half() * long_scales.repeat_interleave(128, 0)).float()
+            reference = dequantized_product(long_a, long_codes, long_scales, 128)
             for label, config in (("stages released by barriers", released), ("one warpgroup, 128 rows", WGMMA_MEDIUM),
                                   ("three warpgroups, 192 channels", WGMMA_THREE_GROUPS),
                                   ("64-row tile, two steps in flight", replace(WGMMA_CONFIGS[0][1], prefetch=2)),
@@ -216,7 +220,7 @@ def quantized_kernels(cuda):
                 small_a = (long_a.float() / 256).half()
                 check(f"quantized_matmul {name} g128 {m}x{n}x1024 wgmma, scales of 64 and more",
                       quantized_matmul(small_a, long_packed, large, config=released),
-                      small_a.float() @ (long_codes.half() * large.repeat_interleave(128, 0)).float(), 5e-2)
+                      dequantized_product(small_a, long_codes, large, 128), 5e-2)
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["quantized"]:

@@ -129,6 +129,66 @@ def test_placed_block_scale_is_folded(dtype):
         rules.placed_block(Counting(), words, p, "float16", scale=0.3)
 
 
+def random_scales(half: str, bound: float, count: int, seed: int) -> np.ndarray:
+    """Scales of both signs from the 16-bit type's smallest magnitudes up to the largest whose product with
+    ``bound`` stays finite (what the cast's check lets into the fma), rounded into ``half``, zero and the
+    extremes first."""
+    rng = np.random.default_rng(seed)
+    largest = 65504.0 if half == "float16" else 3.3895e38
+    top = int(np.floor(np.log2(largest / bound)))
+    low = -24 if half == "float16" else -120
+    values = (rng.choice([-1.0, 1.0], count) * np.exp2(rng.uniform(low, top, count))).astype(np.float32)
+    values[:4] = [0.0, 2.0 ** (top - 1), -(2.0 ** (top - 1)), 2.0 ** low]
+    return torch.tensor(values).to(torch.float16 if half == "float16" else torch.bfloat16).float().numpy()
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", [t for t in PLACEABLE if t.is_float or not t.signed], ids=str)
+def test_placed_block_affine_takes_a_scale(half, dtype):
+    """Each pair's fma taking a scale: an unsigned integer under its place's magic number (``h * s - base * s``),
+    a float's placed pattern times ``s * factor``; one rounding, the value the separate multiply gives (an
+    integer's zero code times a negative scale: +0, where the separate multiply gives -0)."""
+    from tests.instructions.test_cast_rules import rounded_bits
+
+    p = placement(dtype)
+    count = 2048
+    rng = np.random.default_rng(dtype.nbits * 11 + dtype.is_float)
+    codes = rng.integers(0, 1 << dtype.nbits, (count, p.slots)).astype(np.uint8)
+    words = p.pack(torch.from_numpy(codes)).numpy().view(np.uint32)
+    bound = rules.rebias_factor(dtype, half) if dtype.is_float else float(1 << rules.HALF_FORMAT[half][1])
+    scales = random_scales(half, bound, count, dtype.nbits)
+    names = [f"p{j}" for j in range(p.slots // 2)]
+
+    def build(b, i):
+        s = rules._half_to_f32(b["s"][i], half)
+
+        def both(x):  # a float32 exact in the 16-bit type, in both lanes
+            bits = rules._f32_to_half_rounded(x, half)
+            return bits | (bits << rules.u32(16))
+
+        def coefficients(j, base, factor):
+            add = both(s * rules.f32(-base)) if base else rules.u32(int(half_bits([-0.0], half)[0]) * 0x10001)
+            return both(s * rules.f32(factor)), add
+
+        return dict(zip(names, rules.placed_block_affine(rules.PortableOps(), [b[f"w{k}"][i] for k in range(p.words)],
+                                                         p, half, coefficients)))
+
+    inputs = {**{f"w{k}": np.ascontiguousarray(words[:, k]) for k in range(p.words)}, "s": rounded_bits(scales, half)}
+    out = run_cpu(build, inputs, {name: np.zeros(count, np.uint32) for name in names})
+    values = np.array(lowp.all_values(dtype), dtype=np.float64)
+    for j, name in enumerate(names):
+        for lane in range(2):
+            exact = values[codes[:, 2 * j + lane]] * scales
+            want = rounded_bits(exact, half)
+            if dtype.is_integer:
+                want = np.where(exact == 0, 0, want)
+            got = (out[name] >> np.uint32(16 * lane)) & np.uint32(0xFFFF)
+            assert got.tolist() == want.tolist(), (dtype, half, j, lane)
+    with pytest.raises(ValueError, match="int5b is signed"):
+        rules.placed_block_affine(rules.PortableOps(), [tirx.Var(f"w{k}", "uint32") for k in range(5)],
+                                  placement(dtypes.int5b), half, lambda *_: None)
+
+
 class PlacedCast(tilus.Script):
     """A [32, 128] tile of float6_e3m2 codes (16 a thread: one placement block), cast into float16 by its
     placement; ``case`` names a misuse."""

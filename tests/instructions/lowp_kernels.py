@@ -35,9 +35,11 @@ def reordered_cast(src_dtype, dst_dtype, src_layout, dst_layout, warps: int = 4)
     return ReorderedCast()
 
 
-def affine_cast(src_dtype, dst_dtype, src_layout, dst_layout, minus: bool, times: bool, warps: int = 4):
+def affine_cast(src_dtype, dst_dtype, src_layout, dst_layout, minus: bool, times: bool, warps: int = 4,
+                placement=None):
     """y = (cast(x) - z) * s for one tile of src_layout's shape, z and s one value a row ([rows, 1], broadcast;
-    either left out), x loaded in ``src_layout`` and converted into ``dst_layout`` (cast(..., minus=, times=))."""
+    either left out), x loaded in ``src_layout`` and converted into ``dst_layout`` (cast(..., minus=, times=)),
+    x's words holding its codes by ``placement`` if given."""
     rows, cols = src_layout.shape
 
     class AffineCast(tilus.Script):
@@ -51,7 +53,8 @@ def affine_cast(src_dtype, dst_dtype, src_layout, dst_layout, minus: bool, times
             x = self.load_global(gx, offsets=[0, 0], shape=[rows, cols], layout=src_layout)
             z = self.load_global(gz, offsets=[0, 0], shape=[rows, 1]) if minus else None
             s = self.load_global(gs, offsets=[0, 0], shape=[rows, 1]) if times else None
-            self.store_global(gy, self.cast(x, dst_dtype, layout=dst_layout, minus=z, times=s), offsets=[0, 0])
+            self.store_global(gy, self.cast(x, dst_dtype, layout=dst_layout, placement=placement, minus=z, times=s),
+                              offsets=[0, 0])
 
     return AffineCast()
 

@@ -68,31 +68,62 @@ def test_minus_and_times_misuse_is_a_script_error_naming_the_argument(case, mess
                                   torch.zeros(32, 128, dtype=torch.float16), target="sm_90")
 
 
-FP6 = placement(dtypes.float6_e3m2)
+def placed_kernel_source(name: str, minus: bool) -> str:
+    """The kernel of a cast of codes by their bit placement with times (and, with ``minus``, minus): constant
+    tensors of [32, 1], broadcast."""
+    dtype = dtypes.as_dtype(name)
+    codes_placement = placement(dtype)
 
+    class PlacedAffine(tilus.Script):
+        def __call__(self, x_ptr: ~dtype, y_ptr: ~tilus.float16):
+            self.attrs.blocks = 1
+            self.attrs.warps = 4
+            gx = self.global_view(x_ptr, dtype=dtype, shape=[32, 128])
+            gy = self.global_view(y_ptr, dtype=tilus.float16, shape=[32, 128])
+            x = self.load_global(gx, offsets=[0, 0], shape=[32, 128], layout=PLAIN)
+            z = self.register_tensor(dtype=tilus.float16, shape=[32, 1], init=0.75) if minus else None
+            s = self.register_tensor(dtype=tilus.float16, shape=[32, 1], init=3.0)
+            self.store_global(gy, self.cast(x, tilus.float16, placement=codes_placement, minus=z, times=s),
+                              offsets=[0, 0])
 
-class PlacedAffine(tilus.Script):
-    """float6_e3m2 codes by their bit placement, minus and times constant tensors ([32, 1], broadcast)."""
-
-    def __call__(self, x_ptr: ~dtypes.float6_e3m2, y_ptr: ~tilus.float16):
-        self.attrs.blocks = 1
-        self.attrs.warps = 4
-        gx = self.global_view(x_ptr, dtype=dtypes.float6_e3m2, shape=[32, 128])
-        gy = self.global_view(y_ptr, dtype=tilus.float16, shape=[32, 128])
-        x = self.load_global(gx, offsets=[0, 0], shape=[32, 128], layout=PLAIN)
-        z = self.register_tensor(dtype=tilus.float16, shape=[32, 1], init=0.75)
-        s = self.register_tensor(dtype=tilus.float16, shape=[32, 1], init=3.0)
-        self.store_global(gy, self.cast(x, tilus.float16, placement=FP6, minus=z, times=s), offsets=[0, 0])
-
-
-def test_placed_codes_take_minus_and_times_as_separate_steps():
-    """Bit-placed codes have no fused form: the placement's masks and multiply, then a subtraction and a multiply
-    (no check of the thread's values: nothing to fall back from)."""
     from tilus_tvm.lowp import storage_torch_dtypes
 
-    x = torch.zeros(dtypes.float6_e3m2.storage_bytes(32 * 128), dtype=storage_torch_dtypes("float6_e3m2")[0])
+    x = torch.zeros(dtype.storage_bytes(32 * 128), dtype=storage_torch_dtypes(name)[0])
     compiled = PlacedAffine().compile(x, torch.zeros(32 * 128, dtype=torch.float16), target="sm_90")
-    kernel = compiled.cuda_source.split("__global__", 1)[1]
-    assert "lop3.b32" in compiled.cuda_source and "tilus_lop3_and_or(" in kernel
+    return compiled.cuda_source.split("__global__", 1)[1]
+
+
+@pytest.mark.parametrize("name", ["uint3b", "uint6b", "float6_e3m2", "float4_e2m1"])
+def test_placed_codes_take_times_alone_into_their_fma(name):
+    """Unsigned placed integers and placed floats: the scale in each pair's fma, behind a check of the thread's
+    scales, the separate steps the other branch (twice the pair fmas: one set a branch); uint3b's codes at place 3
+    sit under its own magic number, 128 (0x5800)."""
+    kernel = placed_kernel_source(name, minus=False)
+    assert "if (" in kernel and "tilus_fma_f16x2(" in kernel
+    assert kernel.count("tilus_fma_f16x2(") == 2 * 16, name  # (32 codes a thread)
+    if name == "uint3b":
+        assert any(c in kernel.lower() for c in (hex(0x58005800), str(0x58005800)))
+
+
+@pytest.mark.parametrize("name", ["float6_e3m2", "int5b"])
+def test_placed_codes_with_minus_or_signed_keep_the_separate_steps(name):
+    """A zero point, or a signed integer's scale, leaves placed codes the placement's masks and fma, then a
+    subtraction and a multiply (no check of the thread's values: nothing to fall back from)."""
+    kernel = placed_kernel_source(name, minus=name == "float6_e3m2")
+    assert "tilus_lop3_and_or(" in kernel
     assert "floorf" not in kernel and "if (" not in kernel  # (the fused path's check and branch)
-    assert kernel.count(" - ") >= 1 and kernel.count(" * ") >= 1
+    assert kernel.count(" * ") >= 1
+
+
+def test_uint8_takes_times_alone_into_its_fma():
+    """uint8 into float16 in its own layout: one prmt and one fma a pair with the scale (beside the separate steps'
+    prmt, fma and multiply, behind the check); int8 keeps the separate multiply."""
+    kernels = {}
+    for name in ("uint8", "int8"):
+        source = dtypes.as_dtype(name)
+        kernel = K.affine_cast(source, dtypes.float16, PLAIN, PLAIN, False, True)
+        x = torch.zeros(32 * 128, dtype=torch.uint8 if name == "uint8" else torch.int8)
+        kernels[name] = kernel.compile(x, *args(source, dtypes.float16)[1:], target="sm_90").cuda_source.split(
+            "__global__", 1)[1]
+    assert "if (" in kernels["uint8"] and kernels["uint8"].count("tilus_fma_f16x2(") == 2 * 16
+    assert "if (" not in kernels["int8"] and kernels["int8"].count("tilus_fma_f16x2(") == 16

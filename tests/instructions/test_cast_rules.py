@@ -155,6 +155,38 @@ def test_byte_pair_prmt(signed, pair):
     check_pairs("float16", dtype, bytes_pair)
 
 
+@pytest.mark.parametrize("pair", [0, 1])
+def test_byte_pair_takes_a_scale(pair):
+    """uint8 -> float16 with a scale in the fma (``h * s - 1024 * s``): every code against every scale of a sweep
+    from float16's smallest magnitude to the largest the cast lets in (|s| * 1024 finite), one rounding (a zero
+    code times a negative scale: +0); int8 codes take none."""
+    from tests.test_bit_placement import random_scales
+
+    scales = random_scales("float16", 1024.0, 96, 5 + pair)
+    codes = np.arange(256, dtype=np.uint32)
+    c = np.repeat(codes, len(scales)).astype(np.uint32)
+    c1 = ((c * 7 + 3) % 256).astype(np.uint32)
+    s = np.tile(scales, 256)
+    ops = rules.PortableOps()
+
+    def build(b, i):
+        value = rules._half_to_f32(b["s"][i], "float16")
+        bits = rules._f32_to_half_rounded(value, "float16")
+        both = lambda x: rules._f32_to_half_rounded(x, "float16") * rules.u32(0x10001)  # noqa: E731
+        low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
+        word = (b["c0"][i] << low) | (b["c1"][i] << high) | tirx.const(0x5AC3 << (16 * (1 - pair)), "uint32")
+        return {"h": rules.byte_pair(ops, word, pair, False,
+                                     lambda base: (bits * rules.u32(0x10001), both(value * rules.f32(-base))))}
+
+    out = run_cpu(build, {"c0": c, "c1": c1, "s": rounded_bits(s, "float16")}, {"h": np.zeros(len(c), np.uint32)})["h"]
+    for lane, lane_codes in enumerate((c, c1)):
+        exact = lane_codes.astype(np.float64) * s
+        want = np.where(exact == 0, 0, rounded_bits(exact, "float16"))
+        assert ((out >> np.uint32(16 * lane)) & np.uint32(0xFFFF)).tolist() == want.tolist(), lane
+    with pytest.raises(ValueError, match="int8 codes take no coefficients"):
+        rules.byte_pair(ops, tirx.Var("w", "uint32"), pair, True, lambda base: None)
+
+
 @pytest.mark.parametrize("half_word", [0, 1])
 def test_e2m1_quad_prmt_lookup(half_word):
     """float4_e2m1 -> float16 four codes at a time: every 16-bit pattern of four codes, in either half of

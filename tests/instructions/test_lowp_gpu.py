@@ -130,25 +130,41 @@ def test_cast_into_another_register_order(src, dst, interleaved):
     assert torch.equal(y.cpu(), values.to(target.torch_dtype)), (src, dst)
 
 
-AFFINE = [("uint4b", "float16", False, True), ("uint4b", "float16", True, True), ("int4b", "float16", True, False),
-          ("int4b", "bfloat16", False, True), ("uint2b", "bfloat16", True, True), ("uint1b", "float16", False, True),
-          ("uint4b", "bfloat16", False, True), ("float6_e2m3", "float16", True, True)]
+AFFINE = [("uint4b", "float16", False, True, False), ("uint4b", "float16", True, True, False),
+          ("int4b", "float16", True, False, False), ("int4b", "bfloat16", False, True, False),
+          ("uint2b", "bfloat16", True, True, False), ("uint1b", "float16", False, True, False),
+          ("uint4b", "bfloat16", False, True, False), ("float6_e2m3", "float16", True, True, False),
+          ("uint3b", "float16", False, True, True), ("uint6b", "bfloat16", False, True, True),
+          ("uint7b", "float16", False, True, True), ("float6_e3m2", "float16", False, True, True),
+          ("float4_e2m1", "bfloat16", False, True, True), ("float6_e2m3", "float16", True, True, True),
+          ("int5b", "float16", False, True, True), ("uint8", "float16", False, True, False)]
 
 
-@pytest.mark.parametrize("src,dst,minus,times", AFFINE, ids=[f"{a}-{b}-{m}-{t}" for a, b, m, t in AFFINE])
-def test_cast_with_minus_and_times(src, dst, minus, times):
+@pytest.mark.parametrize("src,dst,minus,times,placed", AFFINE,
+                         ids=[f"{a}-{b}-{m}-{t}{'-placed' if p else ''}" for a, b, m, t, p in AFFINE])
+def test_cast_with_minus_and_times(src, dst, minus, times, placed):
     """cast(x, dtype, minus=z, times=s) equals the separate steps (cast, subtract, multiply, each rounded) on
     every element, one z and s a thread: integer zero points and scales below 64 (the fma takes them), and in
     other threads of the same warps fractional or large zero points, scales of 64 and more, negative and tiny
-    ones (those threads take the separate steps); float6 (no fused path) alike."""
+    ones (those threads take the separate steps); codes by their bit placement (unsigned integers and floats take
+    a scale alone into the fma, placed floats while ``|s|`` times their rebias factor is finite) and uint8 alike,
+    and float6 unplaced, int5b and zero points with placed codes (no fused path)."""
+    from tilus_tvm.bit_placement import placement
     from tilus_tvm.layout import interleave_local, spatial
 
     source, target = dtypes.as_dtype(src), dtypes.as_dtype(dst)
     plain = spatial(32, 4).local(1, 32)
-    src_layout = interleave_local(plain, 32 // source.nbits) if source.nbits in (1, 2, 4) else plain
+    src_layout = interleave_local(plain, 32 // source.nbits) if source.nbits in (1, 2, 4) and not source.is_float \
+        else plain
     generator = torch.Generator().manual_seed(source.nbits + 10 * minus + 20 * times)
     codes = torch.randint(0, 1 << source.nbits, (32 * 128,), generator=generator)
-    x, values = packed(codes, source).cuda(), lowp.decode(codes, source).reshape(32, 128)
+    values = lowp.decode(codes, source).reshape(32, 128)
+    codes_placement = placement(source) if placed else None
+    if placed:  # each thread's 32 codes are whole blocks of the placement, in order
+        x = codes_placement.pack(codes.reshape(-1, codes_placement.slots).to(torch.uint8)).view(torch.uint8)
+        x = x.reshape(-1).cuda()
+    else:
+        x = packed(codes, source).cuda()
     half = target.torch_dtype
     z = torch.randint(-40, 41, (32, 1), generator=generator).float()
     z[3], z[7], z[11], z[12] = 0.5, 1500.0, -1016.0, 1016.0  # (fractional, beyond the fused limit, at it)
@@ -161,8 +177,8 @@ def test_cast_with_minus_and_times(src, dst, minus, times):
     if times:
         expected = (expected * s).to(half)
     y = torch.full((32, 128), -12345.0, dtype=half, device="cuda")
-    K.affine_cast(source, target, src_layout, plain, minus, times)(x, z.cuda(), s.cuda(), y)
-    assert torch.equal(y.cpu(), expected), (src, dst, minus, times)  # (+0 and -0 compare equal)
+    K.affine_cast(source, target, src_layout, plain, minus, times, placement=codes_placement)(x, z.cuda(), s.cuda(), y)
+    assert torch.equal(y.cpu(), expected), (src, dst, minus, times, placed)  # (+0 and -0 compare equal)
 
 
 @pytest.mark.parametrize("name", ["uint4b", "float6_e3m2"])

@@ -46,8 +46,11 @@ one paired fma a pair (:func:`cast_rules.interleaved_int_word`); other reorderin
 
 ``cast(x, dtype, minus=z, times=s)`` is ``(cast(x) - z) * s``, each step rounded in ``dtype``. For those
 interleaved integers the pair's fma takes ``z`` (any code) or ``s`` (unsigned codes without ``z``), each place's
-codes under a magic number of their own (:func:`cast_rules.interleaved_int_word_affine`), in a thread whose values
-make every addend exact (:func:`_fused_exact`); other threads, and other types, take the separate steps.
+codes under a magic number of their own (:func:`cast_rules.interleaved_int_word_affine`). Placed codes (unsigned
+integers, under their place's magic number, and floats, whose multiply becomes ``s`` times it:
+:func:`cast_rules.placed_block_affine`) and ``uint8`` into float16 take ``s`` alone the same way. Each does so in a
+thread whose values make every addend exact (:func:`_fused_exact`); other threads, and other types, take the
+separate steps.
 """
 from __future__ import annotations
 
@@ -190,11 +193,13 @@ def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) ->
                 value = value * _affine_value(ctx, inst.times, out.layout, slot)
             Tb.buffer_store(dst_buf, value, [slot])
 
-    if not _fusable(inst):
+    form = _fused_form(inst)
+    if form is None:
         return separately()
     with Tb.If(_fused_exact(ctx, inst)):  # every addend this thread's fma would take is exact
         with Tb.Then():
-            _emit_fused_interleaved(ctx, inst)
+            {"interleaved": _emit_fused_interleaved, "placed": _emit_fused_placed,
+             "bytes": _emit_fused_bytes}[form](ctx, inst)
         with Tb.Else():
             separately()
 
@@ -204,31 +209,59 @@ def _affine_value(ctx: CodegenContext, tensor: Any, out_layout: RegisterLayout, 
     return ctx.reg(tensor)[broadcast_local(out_layout, tensor.shape, slot)]
 
 
-def _fusable(inst: ir.Cast) -> bool:
-    """Whether the cast's paired fma can take minus (or, for unsigned codes without minus, times): 1-, 2- and
-    4-bit integers in interleaved order into float16/bfloat16 (:func:`cast_rules.interleaved_int_word_affine`).
-    A signed code's addend with a scale, ``(base + 2**(n-1)) * s``, is not exact in general: that stays two
-    instructions."""
+def times_fusable(source: DataType, target: DataType, placement: Any = None) -> bool:
+    """Whether a cast of ``source`` codes into ``target`` can take a scale alone (``times``, no ``minus``) into
+    the paired fma that ends its conversion: unsigned 1-, 2- and 4-bit integers in interleaved order
+    (:func:`cast_rules.interleaved_int_word_affine`), codes stored by a bit placement, unsigned integers and
+    floats (:func:`cast_rules.placed_block_affine`), and ``uint8`` into float16 (:func:`cast_rules.byte_pair`).
+    A signed integer's addend with a scale, ``(base + 2**(n-1)) * s``, is not exact in general: its scale stays
+    a second instruction."""
+    if target.name not in HALVES:
+        return False
+    if placement is not None:
+        return source.is_float or not source.signed
+    if source.name == "uint8":
+        return target.name == "float16"
+    return rules.interleavable(source) and not source.signed
+
+
+def _fused_form(inst: ir.Cast) -> Optional[str]:
+    """Which emitter takes the cast's minus or times into its fma ("interleaved", "placed", "bytes"), or None
+    (the separate steps). Interleaved 1-, 2- and 4-bit integers take minus (any code) or times
+    (:func:`times_fusable`); placed codes (with ``scale`` 1) and ``uint8`` in the output's layout take times
+    alone."""
     source, target = inst.x.dtype, inst.output.dtype
-    if inst.placement is not None or target.name not in HALVES or not is_packed(source) or \
-            not rules.interleavable(source) or inst.x.layout == inst.output.layout:
-        return False
+    if target.name not in HALVES:
+        return None
+    if inst.placement is not None:
+        return "placed" if inst.minus is None and inst.scale == 1.0 and times_fusable(source, target, inst.placement) \
+            else None
+    if source.name == "uint8":
+        return "bytes" if inst.minus is None and target.name == "float16" and inst.x.layout == inst.output.layout \
+            else None
+    if not is_packed(source) or not rules.interleavable(source) or inst.x.layout == inst.output.layout:
+        return None
     if inst.minus is None and source.signed:
-        return False
-    return is_interleaved_order(register_order(inst.x.layout, inst.output.layout), source)
+        return None
+    return "interleaved" if is_interleaved_order(register_order(inst.x.layout, inst.output.layout), source) \
+        else None
 
 
 def _fused_exact(ctx: CodegenContext, inst: ir.Cast) -> Any:
     """Whether this thread's fma addends are all exact in the 16-bit type, so the fused cast rounds once where
     the separate steps would round to the same value: with minus, every ``z`` an integer of at most
     ``2**(m+1) - 2**m - 2**(n-1)`` in magnitude (``-base - z`` then an integer within ``2**(m+1)``); with
-    times alone, every ``|s| * 2**m`` finite (``-base * s`` a power of two times ``s``). NaN fails both."""
+    times alone, every ``|s| * 2**m`` finite (``-base * s`` a power of two times ``s``, ``base`` at most
+    ``2**m``), or for placed floats ``|s| * factor`` (:func:`cast_rules.rebias_factor`, a power of two of at
+    least 1: the multiplier ``s * factor``). NaN fails both."""
     half = inst.output.dtype.name
     exponent_bits, mantissa_bits = rules.HALF_FORMAT[half]
     largest = math.ldexp(2.0 - math.ldexp(1.0, -mantissa_bits), (1 << (exponent_bits - 1)) - 1)
     source = inst.x.dtype
     sign = 1 << (source.nbits - 1) if source.signed else 0
     tensor = inst.minus if inst.minus is not None else inst.times
+    bound = rules.rebias_factor(source, half) if inst.placement is not None and source.is_float else \
+        float(1 << mantissa_bits)
     buffer = ctx.reg(tensor)
     conditions = []
     for slot in range(int(buffer.shape[0])):
@@ -237,8 +270,28 @@ def _fused_exact(ctx: CodegenContext, inst: ir.Cast) -> Any:
             limit = float((1 << (mantissa_bits + 1)) - (1 << mantissa_bits) - sign)
             conditions.append(tirx.And(value == tirx.floor(value), tirx.abs(value) <= rules.f32(limit)))
         else:
-            conditions.append(tirx.abs(value) * rules.f32(float(1 << mantissa_bits)) <= rules.f32(largest))
+            conditions.append(tirx.abs(value) * rules.f32(bound) <= rules.f32(largest))
     return functools.reduce(tirx.And, conditions)
+
+
+def _lanes(first, second):
+    """Two 16-bit floats as the bits of one register (first low)."""
+    return tirx.Cast("uint32", tirx.reinterpret("uint16", first)) | \
+        (tirx.Cast("uint32", tirx.reinterpret("uint16", second)) << u32(16))
+
+
+def _times_coefficients(ctx: CodegenContext, inst: ir.Cast, slots: tuple, base: float, factor: float = 1.0):
+    """The bits of an fma's multiplier ``s * factor`` and addend ``-base * s`` (-0 for a base of 0: a float's
+    zero code keeps the sign the separate multiply gives it) for the output slot pair ``slots``."""
+    out = inst.output
+    s = [_affine_value(ctx, inst.times, out.layout, slot) for slot in slots]
+    # (s * factor in float32, exact there and back: the thread's check keeps it finite in the 16-bit type)
+    mul = _lanes(*s) if factor == 1.0 else \
+        _lanes(*(tirx.Cast(out.dtype.tvm_name, tirx.Cast("float32", v) * rules.f32(factor)) for v in s))
+    if not base:
+        return mul, u32(_half2_bits((-0.0, -0.0), out.dtype.name))
+    minus_base = tirx.const(-base, out.dtype.tvm_name)
+    return mul, _lanes(s[0] * minus_base, s[1] * minus_base)
 
 
 def _emit_fused_interleaved(ctx: CodegenContext, inst: ir.Cast) -> None:
@@ -248,19 +301,14 @@ def _emit_fused_interleaved(ctx: CodegenContext, inst: ir.Cast) -> None:
     half, dst_buf, src_buf = out.dtype.name, ctx.reg(out), ctx.reg(src)
     per_word = 32 // src.dtype.nbits
 
-    def lanes(first, second):  # two 16-bit floats as the bits of one register (first low)
-        return tirx.Cast("uint32", tirx.reinterpret("uint16", first)) | \
-            (tirx.Cast("uint32", tirx.reinterpret("uint16", second)) << u32(16))
-
     for w in range(int(src_buf.shape[0])):
         def coefficients(i, base, w=w):
             slots = (w * per_word + 2 * i, w * per_word + 2 * i + 1)
-            minus_base = tirx.const(-base, out.dtype.tvm_name)
             if inst.minus is not None:
+                minus_base = tirx.const(-base, out.dtype.tvm_name)
                 z = [_affine_value(ctx, inst.minus, out.layout, slot) for slot in slots]
-                return u32(_half2_bits((1.0, 1.0), half)), lanes(minus_base - z[0], minus_base - z[1])
-            s = [_affine_value(ctx, inst.times, out.layout, slot) for slot in slots]
-            return lanes(s[0], s[1]), lanes(s[0] * minus_base, s[1] * minus_base)
+                return u32(_half2_bits((1.0, 1.0), half)), _lanes(minus_base - z[0], minus_base - z[1])
+            return _times_coefficients(ctx, inst, slots, base)
 
         pairs = rules.interleaved_int_word_affine(PtxOps(), src_buf[w], src.dtype, half, coefficients)
         for i, bits in enumerate(pairs):
@@ -268,6 +316,38 @@ def _emit_fused_interleaved(ctx: CodegenContext, inst: ir.Cast) -> None:
     if inst.minus is not None and inst.times is not None:
         for slot in range(out.layout.local_size):
             Tb.buffer_store(dst_buf, dst_buf[slot] * _affine_value(ctx, inst.times, out.layout, slot), [slot])
+
+
+def _emit_fused_placed(ctx: CodegenContext, inst: ir.Cast) -> None:
+    """Placed codes with times in each pair's fma (:func:`cast_rules.placed_block_affine`)."""
+    out, placement = inst.output, inst.placement
+    half, dst_buf, src_buf = out.dtype.name, ctx.reg(out), ctx.reg(inst.x)
+    words = [src_buf[i] for i in range(int(src_buf.shape[0]))]
+    for b in range(len(words) // placement.words):
+        first = b * placement.slots
+
+        def coefficients(j, base, factor, first=first):
+            return _times_coefficients(ctx, inst, (first + 2 * j, first + 2 * j + 1), base, factor)
+
+        block = words[b * placement.words:(b + 1) * placement.words]
+        for j, bits in enumerate(rules.placed_block_affine(PtxOps(), block, placement, half, coefficients)):
+            Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), [tirx.Ramp(first + 2 * j, 1, 2)])
+
+
+def _emit_fused_bytes(ctx: CodegenContext, inst: ir.Cast) -> None:
+    """``uint8`` codes with times in each pair's fma (:func:`cast_rules.byte_pair`); an odd last slot converts
+    and multiplies separately."""
+    out = inst.output
+    dst_buf, src_buf, slots = ctx.reg(out), ctx.reg(inst.x), out.layout.local_size
+    words = pack_words([tirx.Cast("uint32", src_buf[i]) for i in range(slots)], 8)
+    for p in range(slots // 2):
+        bits = rules.byte_pair(PtxOps(), words[p // 2], p % 2, False,
+                               lambda base, p=p: _times_coefficients(ctx, inst, (2 * p, 2 * p + 1), base))
+        Tb.buffer_store(dst_buf, tirx.reinterpret("float16x2", bits), [tirx.Ramp(2 * p, 1, 2)])
+    if slots % 2:
+        last = slots - 1
+        value = tirx.Cast(out.dtype.tvm_name, src_buf[last]) * _affine_value(ctx, inst.times, out.layout, last)
+        Tb.buffer_store(dst_buf, value, [last])
 
 
 def _emit_plain_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) -> None:

@@ -393,15 +393,22 @@ def _interleaved_fields(ops: Any, word: Any, dtype: DataType, half: str, pattern
         yield place, sign, bits
 
 
-def byte_pair(ops: Any, word: Any, pair: int, signed: bool):
+def byte_pair(ops: Any, word: Any, pair: int, signed: bool, coefficients: Any = None):
     """The two float16 of the 8-bit integers in bytes ``2 * pair`` and ``2 * pair + 1`` of ``word``
     (``int8`` codes are two's complement): one ``prmt`` puts each byte under the magic pattern's
     high byte ``0x64`` (``0x6400 | b`` is ``1024 + b``; ``int8`` takes ``word ^ 0x80808080`` first,
-    ``b + 128``), one paired fma removes the offset."""
+    ``b + 128``), one paired fma removes the offset. ``coefficients`` (``uint8`` only): a function of
+    ``base`` (1024) giving the bits of that fma's multiplier and addend instead, as in
+    :func:`interleaved_int_word_affine`."""
     pattern, magic, _ = HALF_MAGIC["float16"]
     high = pattern >> 8
     source = word ^ u32(0x80808080) if signed else word
     bits = ops.prmt(source, u32(high * 0x01010101), 0x4040 | (2 * pair + 1) << 8 | 2 * pair)
+    if coefficients is not None:
+        if signed:
+            raise ValueError("byte_pair: int8 codes take no coefficients (their offset's product with a scale is "
+                             "not exact)")
+        return ops.fma2_bits(bits, *coefficients(magic), "float16")
     offset = 128.0 if signed else 0.0
     return ops.fma2(bits, (1.0, 1.0), (-magic - offset, -magic - offset), "float16")
 
@@ -476,15 +483,62 @@ def placed_block(ops: Any, words: Sequence[Any], placement: Any, half: str, scal
     with one paired fma that removes the magic number (and the offset of signed codes, stored offset
     binary) and scales by ``2**-place``; floats with one paired multiply by ``2**(bias_half - bias)``
     times ``scale``, left out where that is 1 (a caller that folds the power of two into its own scales)."""
+    from tilus_tvm.bit_placement import power_of_two
+
+    _check_block(words, placement, half)
+    if not power_of_two(scale):
+        raise ValueError(f"placed_block: scale {scale} is not a power of two")
     dtype = placement.dtype
+    pattern, magic, _ = HALF_MAGIC[half]
+    pairs = []
+    for recipe, bits in _placed_pairs(ops, words, placement, half, lambda place: pattern):
+        if dtype.is_integer:
+            offset = float(1 << (dtype.nbits - 1)) if dtype.signed else 0.0
+            step = math.ldexp(scale, -recipe.place)
+            add = -(magic * math.ldexp(1.0, -recipe.place) + offset) * scale
+            pairs.append(ops.fma2(bits, (step, step), (add, add), half))
+        else:
+            factor = rebias_factor(dtype, half) * scale
+            pairs.append(bits if factor == 1.0 else ops.mul2(bits, factor, half))
+    return pairs
+
+
+def placed_block_affine(ops: Any, words: Sequence[Any], placement: Any, half: str, coefficients: Any) -> list:
+    """:func:`placed_block`'s pairs (unsigned integers and floats), each finished by one paired fma whose
+    operands the caller makes: ``coefficients(j, base, factor)`` gives the bits of pair ``j``'s multiplier and
+    addend (``uint32``, two lanes) for lanes that hold ``base + v / factor`` (``v`` the code's value). An integer
+    sits under the magic number of its own place (:func:`place_magic`: ``base`` is ``2**(m - place)``, ``factor``
+    1); a float's placed pattern is its value over ``factor`` (:func:`rebias_factor`, ``base`` 0). The cast takes
+    a scale ``s`` into that fma this way (``mul s * factor``, ``add -base * s``), where both are exact
+    (:func:`tilus_tvm.instructions.cast` checks)."""
+    dtype = placement.dtype
+    if dtype.is_integer and dtype.signed:
+        raise ValueError(f"placed_block_affine: {dtype.name} is signed (its offset's product with a scale is not "
+                         f"exact)")
+    _check_block(words, placement, half)
+    mantissa_bits = HALF_FORMAT[half][1]
+    pairs = []
+    for j, (recipe, bits) in enumerate(_placed_pairs(ops, words, placement, half,
+                                                      lambda place: place_magic(half, place))):
+        if dtype.is_integer:
+            mul, add = coefficients(j, math.ldexp(1.0, mantissa_bits - recipe.place), 1.0)
+        else:
+            mul, add = coefficients(j, 0.0, rebias_factor(dtype, half))
+        pairs.append(ops.fma2_bits(bits, mul, add, half))
+    return pairs
+
+
+def _check_block(words: Sequence[Any], placement: Any, half: str) -> None:
     if half not in HALF_MAGIC:
         raise ValueError(f"placed_block: target {half} is not float16 or bfloat16")
     if len(words) != placement.words:
-        raise ValueError(f"placed_block: a {dtype.name} block is {placement.words} words, got {len(words)}")
-    from tilus_tvm.bit_placement import power_of_two
+        raise ValueError(f"placed_block: a {placement.dtype.name} block is {placement.words} words, got {len(words)}")
 
-    if not power_of_two(scale):
-        raise ValueError(f"placed_block: scale {scale} is not a power of two")
+
+def _placed_pairs(ops: Any, words: Sequence[Any], placement: Any, half: str, pattern_at: Any):
+    """(recipe, bits) of each pair of a placement block, in pair order: the OR of the recipe's pieces, an
+    integer's under ``pattern_at(place)`` (its magic number's bits)."""
+    dtype = placement.dtype
     both = 0x00010001
     sources: dict = {}
 
@@ -496,23 +550,14 @@ def placed_block(ops: Any, words: Sequence[Any], placement: Any, half: str, scal
             sources[(word, shift)] = value
         return sources[(word, shift)]
 
-    pattern, magic, _ = HALF_MAGIC[half]
-    pairs = []
     for pair in range(placement.slots // 2):
         recipe = placement.recipe(pair, half)
         bits = None
         for piece in recipe.pieces:
             src, mask = source(piece.word, piece.shift), u32(piece.mask * both)
             if bits is None:
-                bits = ops.lop3(src, mask, u32(pattern * both), LOP3_AND_OR) if dtype.is_integer else src & mask
+                bits = ops.lop3(src, mask, u32(pattern_at(recipe.place) * both), LOP3_AND_OR) \
+                    if dtype.is_integer else src & mask
             else:
                 bits = ops.lop3(src, mask, bits, LOP3_AND_OR)
-        if dtype.is_integer:
-            offset = float(1 << (dtype.nbits - 1)) if dtype.signed else 0.0
-            step = math.ldexp(scale, -recipe.place)
-            add = -(magic * math.ldexp(1.0, -recipe.place) + offset) * scale
-            pairs.append(ops.fma2(bits, (step, step), (add, add), half))
-        else:
-            factor = rebias_factor(dtype, half) * scale
-            pairs.append(bits if factor == 1.0 else ops.mul2(bits, factor, half))
-    return pairs
+        yield recipe, bits

@@ -649,11 +649,12 @@ def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
                         warpgroup_mma=True)
 
 
-def test_wgmma_tiles_from_65_rows_take_unsigned_scales_into_the_conversion():
+def test_wgmma_tiles_from_65_rows_take_scales_into_the_conversion():
     """fused_scales: the wgmma tiles of more than 64 rows convert unsigned 1-, 2- and 4-bit codes without zero points
     with the group scale in the paired fma (the place-4 magic number 64, 0x5400, appears only there, beside a check of
-    the thread's scales); the 64-row tile, signed codes, zero points, groups smaller than a k-step and per-channel
-    scales keep the separate multiply; fused_scales=True where it cannot apply is refused."""
+    the thread's scales), and so do bit-placed unsigned integers and floats and uint8 (twice the conversion's fmas:
+    the check's two branches); the 64-row tile, signed codes, zero points, groups smaller than a k-step, per-channel
+    scales, fp8 and bfloat16 uint8 keep the separate multiply; fused_scales=True where it cannot apply is refused."""
     magic_64 = ("0x54005400", str(0x54005400))
 
     def source(name, m, group=128, zero_points=False, **overrides):
@@ -665,6 +666,12 @@ def test_wgmma_tiles_from_65_rows_take_unsigned_scales_into_the_conversion():
     for name in ("uint4b", "uint2b", "uint1b"):
         kernel, code = source(name, 256, block_m=128)
         assert kernel.fused_scales and any(c in code for c in magic_64), name
+    for name in ("uint3b", "uint7b", "float6_e2m3", "uint8"):
+        fused, code = source(name, 256, block_m=128)
+        separate, plain = source(name, 256, block_m=128, fused_scales=False)
+        assert fused.fused_scales and not separate.fused_scales, name
+        fmas = [c.split("__global__", 1)[1].count("tilus_fma_f16x2(") for c in (code, plain)]
+        assert fmas[0] == 2 * fmas[1], (name, fmas)
     for name, m, group, zero_points, overrides in (("uint4b", 64, 128, False, {"block_m": 64}),
                                                    ("int4b", 256, 128, False, {}), ("uint4b", 256, 128, True, {}),
                                                    ("uint4b", 256, 32, False, {}), ("uint4b", 256, 1024, False, {})):
@@ -673,12 +680,13 @@ def test_wgmma_tiles_from_65_rows_take_unsigned_scales_into_the_conversion():
     fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
     assert QuantizedMatmul(fmt, warps=8, units_per_warp=1, block_m=64, stage_activations=True, scale_weights=True,
                            warpgroup_mma=True, fused_scales=True).fused_scales  # (asked for: the 64-row tile too)
-    for name, zero_points, group in (("int4b", False, 128), ("uint4b", True, 128), ("uint3b", False, 128),
-                                     ("uint4b", False, 1024)):
-        with pytest.raises(ScriptError, match="fused_scales=True takes unsigned 1-, 2- or 4-bit codes"):
-            QuantizedMatmul(WeightFormat(dtypes.as_dtype(name), 1024, 512, group), zero_points=zero_points, warps=8,
-                            units_per_warp=1, block_m=128, stage_activations=True, scale_weights=True,
-                            warpgroup_mma=True, fused_scales=True)
+    for name, zero_points, group, dtype in (("int4b", False, 128, "float16"), ("uint4b", True, 128, "float16"),
+                                            ("int5b", False, 128, "float16"), ("float8_e4m3", False, 128, "float16"),
+                                            ("uint8", False, 128, "bfloat16"), ("uint4b", False, 1024, "float16")):
+        with pytest.raises(ScriptError, match="fused_scales=True takes unsigned integer codes .* or bit-placed floats"):
+            QuantizedMatmul(WeightFormat(dtypes.as_dtype(name), 1024, 512, group), dtype, zero_points=zero_points,
+                            warps=8, units_per_warp=1 if name != "uint8" else 2, block_m=128, stage_activations=True,
+                            scale_weights=True, warpgroup_mma=True, fused_scales=True)
     with pytest.raises(ScriptError, match="fused_scales=1 must be None, True or False"):
         QuantizedMatmul(fmt, fused_scales=1)
 

@@ -358,12 +358,18 @@ def test_k_split_over_groups_of_warps(name, m, k, n, group, zero_points, dtype, 
 
 @pytest.mark.parametrize("name,dtype,kind", [("uint4b", torch.float16, "small"), ("uint4b", torch.float16, "large"),
                                              ("uint4b", torch.float16, "mixed"), ("uint2b", torch.float16, "mixed"),
-                                             ("uint1b", torch.bfloat16, "mixed"), ("uint4b", torch.bfloat16, "large")])
+                                             ("uint1b", torch.bfloat16, "mixed"), ("uint4b", torch.bfloat16, "large"),
+                                             ("uint3b", torch.float16, "mixed"), ("uint7b", torch.bfloat16, "mixed"),
+                                             ("uint6b", torch.float16, "large"), ("uint8", torch.float16, "mixed"),
+                                             ("float6_e3m2", torch.float16, "mixed"),
+                                             ("float6_e2m3", torch.bfloat16, "mixed"),
+                                             ("float4_e2m1", torch.float16, "small")])
 def test_scales_taken_into_the_conversion(name, dtype, kind):
     """fused_scales (the wgmma tiles from 65 rows): every output equal, bit for bit, to the same tile multiplying the
     scales separately, and close to torch's; scales around 1/sqrt(k), all of 64 and more (every thread takes the
     separate multiply in float16), or mixed by channel (threads of one warp taking different paths: large, negative,
-    tiny)."""
+    tiny). 1-, 2- and 4-bit codes interleaved; 3-, 6- and 7-bit codes and small floats by their bit placement (a
+    float16 float6_e3m2 takes the fma below 16, its rebias factor being 2**12); uint8."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs an sm_90a GPU (H100, H200)")
     m, k, n, group = 200, 1024, 520, 128

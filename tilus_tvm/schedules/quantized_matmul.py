@@ -111,6 +111,7 @@ import tilus_tvm as tilus
 from tilus_tvm import bfloat16, float16, float32, int32, uint64, void
 from tilus_tvm.dtypes import as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
+from tilus_tvm.instructions.cast import times_fusable
 from tilus_tvm.layout.register import compose, local
 from tilus_tvm.layout.register_ops import interleave_local, reduce
 from tilus_tvm.layout.shared import shared_row_major
@@ -170,16 +171,25 @@ def placed_fold(fmt: WeightFormat, dtype: Any, zero_points: bool, weights_scaled
 # of its own: the last split of a tile to arrive at its counter (arrive_last) adds them all, so there is no
 # second launch
 SPLIT_REDUCTIONS = ("kernel", "serial")
-# The wgmma tiles of more than this many rows take an unsigned 1-, 2- or 4-bit code's group scale into the paired
-# fma that converts it (``cast(..., times=scales)``: ``h * s - M * s`` for a code under the magic number M, one
-# instruction a pair instead of two, in each thread whose scales keep ``M * s`` finite, |s| < 64 in float16). The
-# tiles from 65 rows are bound by the GPU's 700 W power limit, where every instruction a weight costs time. H100, A/B
-# in alternating processes, two runs each, every output checked: u4 256x8192x28672 218.0-219.9 -> 203.4-208.8 us,
+# The wgmma tiles of more than this many rows take an unsigned integer code's group scale into the paired fma that
+# converts it (``cast(..., times=scales)``: ``h * s - M * s`` for a code under the magic number M of its place, one
+# instruction a pair instead of two, in each thread whose scales keep ``M * s`` finite, |s| < 64 in float16), and a
+# bit-placed float's into the multiply that restores its exponent (``bits * (s * 2**(15 - bias))``). The tiles from
+# 65 rows are bound by the GPU's 700 W power limit, where every instruction a weight costs time. H100, A/B in
+# alternating processes, two runs each, every output checked: u4 256x8192x28672 218.0-219.9 -> 203.4-208.8 us,
 # 256x4096x11008 46.1-46.2 -> 42.9-43.4, 128x8192x28672 114.3-114.5 -> 109.4-109.6; u2 256x4096x11008 even (44.1-45.2
-# -> 44.0-45.8). The 64-row tile lost with it (u4 64x4096x11008 28.6 -> 32.2-32.5: 93 -> 114 registers), and so did
-# zero points taken into the fma (``minus``) at decode (u4 1x8192x28672 48.6-49.0 -> 50.2-50.8 us, 16 rows 58.5-59.0
-# -> 71.4-71.5 with spills, int4 49.3-49.4 -> 50.8), with no clear gain at 256 rows (49.2-49.3 -> 47.1-49.2): they
-# keep their subtraction.
+# -> 44.0-45.8). Later, the placed types and uint8 (a later session; two runs each, base then change): at
+# 256x8192x28672 u3 218.7-227.6 -> 208.7-211.7, u6 230.9-232.0 -> 218.0-222.9, u7 239.2-241.6 -> 223.8-228.0, uint8
+# 229.8-231.1 -> 220.0-221.6, fp6 e3m2 236.3-240.1 -> 222.8-225.2, fp6 e2m3 236.3-238.0 -> 224.4-224.9, fp4
+# 222.2-228.5 -> 211.9-212.5; at 128x8192x28672 u7 136.7-137.2 -> 120.5-123.0, uint8 130.5-130.9 -> 119.8-121.4, fp6
+# e3m2 129.5-133.5 -> 118.7-119.2, fp4 119.3-120.3 -> 110.7-112.1; at 256x11008x4096 1-8% faster (uint8 even); at
+# 256x4096x11008 1-7% faster but uint8 2-3% slower (51.0-51.4 -> 52.2-52.8). The 64-row tile lost with it (u4
+# 64x4096x11008 28.6 -> 32.2-32.5: 93 -> 114 registers), and so did the decode rows (scales into the weights and the
+# fma instead of a float32 partial sum a group: u4 1x8192x28672 46.2-46.9 -> 48.8-48.9 us, 16 rows 49.5-49.9 -> 85.7-85.9,
+# u2 33.2-34.4 -> 40.2-40.4, u3 39.0-39.5 -> 43.4-44.5, uint8 84.9-85.0 -> 96.1-96.2, fp6 e3m2 at 16 rows 71.9-72.7 ->
+# 94.0-94.6), and zero points taken into the fma (``minus``) at decode (u4 1x8192x28672 48.6-49.0 -> 50.2-50.8 us, 16
+# rows 58.5-59.0 -> 71.4-71.5 with spills, int4 49.3-49.4 -> 50.8), with no clear gain at 256 rows (49.2-49.3 ->
+# 47.1-49.2): they keep their subtraction.
 FUSED_SCALES_MIN_ROWS = 64
 
 # (warps, units_per_warp): 64 to 512 channels a block (units of 16; 2 or 4 a warp, a multiple of every
@@ -224,8 +234,9 @@ class QuantizedMatmul(tilus.Script):
     ``warps`` warps (``warps * k_groups`` warps a block), group ``g`` taking k-steps ``g, g + k_groups, ...``
     of the block's, their partial sums added across the groups once, through shared memory, at the end (the
     TMA ring of weights, ``weight_stages``, whose stages then hold ``k_groups`` k-steps, as do the activations'
-    stages with ``stage_activations``); ``fused_scales``: unsigned 1-, 2- or 4-bit codes without zero points, whose
-    scales multiply the weights, take their group's scale into the paired fma that converts them
+    stages with ``stage_activations``); ``fused_scales``: unsigned integer codes (1, 2 or 4 bits interleaved, 3, 5, 6
+    or 7 bits by their bit placement, ``uint8`` into float16) and bit-placed floats, without zero points, whose scales
+    multiply the weights, take their group's scale into the paired fma or multiply that converts them
     (``cast(..., times=)``), in every thread whose scales allow it; None: on the ``warpgroup_mma`` tiles of more than
     ``FUSED_SCALES_MIN_ROWS`` rows.
     """
@@ -313,13 +324,16 @@ class QuantizedMatmul(tilus.Script):
         self.fold = placed_fold(fmt, dtype, self.zero_points, self.warpgroup_mma or self.scale_weights)
         if fused_scales is not None and not isinstance(fused_scales, bool):
             raise ScriptError(f"QuantizedMatmul: fused_scales={fused_scales!r} must be None, True or False")
-        fusable = (self.warpgroup_mma or self.scale_weights) and fmt.interleaved and not fmt.dtype.signed and \
-            not self.zero_points and fmt.groups_per_step == 1 and not fmt.per_channel
+        stored = fmt.interleaved or fmt.placement is not None or fmt.dtype.name == "uint8"
+        fusable = (self.warpgroup_mma or self.scale_weights) and stored and \
+            times_fusable(fmt.dtype, dtype, fmt.placement) and not self.zero_points and fmt.groups_per_step == 1 \
+            and not fmt.per_channel
         if fused_scales and not fusable:
-            raise ScriptError(f"QuantizedMatmul: fused_scales=True takes unsigned 1-, 2- or 4-bit codes without zero "
-                              f"points, in groups of a k-step or more (not per channel), with the scales applied to "
-                              f"the weights (warpgroup_mma or scale_weights); got {fmt.describe()}"
-                              f"{' with zero points' if self.zero_points else ''}")
+            raise ScriptError(f"QuantizedMatmul: fused_scales=True takes unsigned integer codes (1, 2 or 4 bits "
+                              f"interleaved, 3, 5, 6 or 7 bits placed, uint8 into float16) or bit-placed floats, "
+                              f"without zero points, in groups of a k-step or more (not per channel), with the "
+                              f"scales applied to the weights (warpgroup_mma or scale_weights); got "
+                              f"{fmt.describe()}{' with zero points' if self.zero_points else ''} into {dtype.name}")
         self.fused_scales = fusable and (fused_scales if fused_scales is not None
                                          else self.warpgroup_mma and block_m > FUSED_SCALES_MIN_ROWS)
         if self.warpgroup_mma:
@@ -523,8 +537,8 @@ class QuantizedMatmul(tilus.Script):
                     codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
                     scales = sslots[u % sq] if grouped else None
                     weighted = grouped and (self.warpgroup_mma or self.scale_weights)  # scales multiply weights
-                    # 1-, 2- and 4-bit codes on the wgmma tiles from 65 rows take their group's scale into the
-                    # conversion's paired fma (cast's times; unsigned codes without zero points, where the thread's
+                    # unsigned integer codes and placed floats on the wgmma tiles from 65 rows take their group's
+                    # scale into the conversion's paired fma (cast's times; without zero points, where the thread's
                     # scales allow: see FUSED_SCALES_MIN_ROWS), where a k-step is one group
                     times = scales if self.fused_scales else None
                     weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold,

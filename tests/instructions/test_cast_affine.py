@@ -96,11 +96,12 @@ def placed_kernel_source(name: str, minus: bool) -> str:
 @pytest.mark.parametrize("name", ["uint3b", "uint6b", "float6_e3m2", "float4_e2m1"])
 def test_placed_codes_take_times_alone_into_their_fma(name):
     """Unsigned placed integers and placed floats: the scale in each pair's fma, behind a check of the thread's
-    scales, the separate steps the other branch (twice the pair fmas: one set a branch); uint3b's codes at place 3
-    sit under its own magic number, 128 (0x5800)."""
+    scales, the separate steps the other branch (the conversion's fma or multiply, then a paired multiply: three
+    pair fmas in all for each of a thread's 16 pairs); uint3b's codes at place 3 sit under its own magic number,
+    128 (0x5800)."""
     kernel = placed_kernel_source(name, minus=False)
     assert "if (" in kernel and "tilus_fma_f16x2(" in kernel
-    assert kernel.count("tilus_fma_f16x2(") == 2 * 16, name  # (32 codes a thread)
+    assert kernel.count("tilus_fma_f16x2(") == 3 * 16, name  # (32 codes a thread)
     if name == "uint3b":
         assert any(c in kernel.lower() for c in (hex(0x58005800), str(0x58005800)))
 
@@ -108,16 +109,18 @@ def test_placed_codes_take_times_alone_into_their_fma(name):
 @pytest.mark.parametrize("name", ["float6_e3m2", "int5b"])
 def test_placed_codes_with_minus_or_signed_keep_the_separate_steps(name):
     """A zero point, or a signed integer's scale, leaves placed codes the placement's masks and fma, then a
-    subtraction and a multiply (no check of the thread's values: nothing to fall back from)."""
-    kernel = placed_kernel_source(name, minus=name == "float6_e3m2")
+    subtraction and a multiply, each two slots an fma (no check of the thread's values: nothing to fall back
+    from)."""
+    minus = name == "float6_e3m2"
+    kernel = placed_kernel_source(name, minus=minus)
     assert "tilus_lop3_and_or(" in kernel
     assert "floorf" not in kernel and "if (" not in kernel  # (the fused path's check and branch)
-    assert kernel.count(" * ") >= 1
+    assert kernel.count("tilus_fma_f16x2(") == (3 if minus else 2) * 16
 
 
 def test_uint8_takes_times_alone_into_its_fma():
     """uint8 into float16 in its own layout: one prmt and one fma a pair with the scale (beside the separate steps'
-    prmt, fma and multiply, behind the check); int8 keeps the separate multiply."""
+    prmt, fma and paired multiply, behind the check); int8 keeps the separate multiply, two slots an fma."""
     kernels = {}
     for name in ("uint8", "int8"):
         source = dtypes.as_dtype(name)
@@ -125,5 +128,5 @@ def test_uint8_takes_times_alone_into_its_fma():
         x = torch.zeros(32 * 128, dtype=torch.uint8 if name == "uint8" else torch.int8)
         kernels[name] = kernel.compile(x, *args(source, dtypes.float16)[1:], target="sm_90").cuda_source.split(
             "__global__", 1)[1]
-    assert "if (" in kernels["uint8"] and kernels["uint8"].count("tilus_fma_f16x2(") == 2 * 16
-    assert "if (" not in kernels["int8"] and kernels["int8"].count("tilus_fma_f16x2(") == 16
+    assert "if (" in kernels["uint8"] and kernels["uint8"].count("tilus_fma_f16x2(") == 3 * 16
+    assert "if (" not in kernels["int8"] and kernels["int8"].count("tilus_fma_f16x2(") == 2 * 16

@@ -652,9 +652,11 @@ def test_warpgroup_mma_kernel_issues_register_a_wgmma(name, group):
 def test_wgmma_tiles_from_65_rows_take_scales_into_the_conversion():
     """fused_scales: the wgmma tiles of more than 64 rows convert unsigned 1-, 2- and 4-bit codes without zero points
     with the group scale in the paired fma (the place-4 magic number 64, 0x5400, appears only there, beside a check of
-    the thread's scales), and so do bit-placed unsigned integers and floats and uint8 (twice the conversion's fmas:
-    the check's two branches); the 64-row tile, signed codes, zero points, groups smaller than a k-step, per-channel
-    scales, fp8 and bfloat16 uint8 keep the separate multiply; fused_scales=True where it cannot apply is refused."""
+    the thread's scales), and so do bit-placed unsigned integers and floats and uint8 (three times the conversion's
+    fmas of fused_scales=False, which multiplies element by element: the fused branch's, and the other branch's
+    conversion and paired multiply); the 64-row tile, signed codes, zero points, groups smaller than a k-step,
+    per-channel scales, fp8 and bfloat16 uint8 keep the separate multiply; fused_scales=True where it cannot apply
+    is refused."""
     magic_64 = ("0x54005400", str(0x54005400))
 
     def source(name, m, group=128, zero_points=False, **overrides):
@@ -671,12 +673,14 @@ def test_wgmma_tiles_from_65_rows_take_scales_into_the_conversion():
         separate, plain = source(name, 256, block_m=128, fused_scales=False)
         assert fused.fused_scales and not separate.fused_scales, name
         fmas = [c.split("__global__", 1)[1].count("tilus_fma_f16x2(") for c in (code, plain)]
-        assert fmas[0] == 2 * fmas[1], (name, fmas)
+        assert fmas[0] == 3 * fmas[1], (name, fmas)  # (the fused fmas; the conversion's and a paired multiply)
     for name, m, group, zero_points, overrides in (("uint4b", 64, 128, False, {"block_m": 64}),
-                                                   ("int4b", 256, 128, False, {}), ("uint4b", 256, 128, True, {}),
-                                                   ("uint4b", 256, 32, False, {}), ("uint4b", 256, 1024, False, {})):
+                                                   ("int4b", 256, 128, False, {}), ("uint4b", 256, 32, False, {}),
+                                                   ("uint4b", 256, 1024, False, {})):
         kernel, code = source(name, m, group, zero_points, **overrides)
         assert not kernel.fused_scales and not any(c in code for c in magic_64), (name, m, group, zero_points)
+    kernel, code = source("uint4b", 256, 128, True)  # the zero point goes into the fma, the scale after it
+    assert kernel.scales_in_cast and not kernel.fused_scales and any(c in code for c in magic_64)
     fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
     assert QuantizedMatmul(fmt, warps=8, units_per_warp=1, block_m=64, stage_activations=True, scale_weights=True,
                            warpgroup_mma=True, fused_scales=True).fused_scales  # (asked for: the 64-row tile too)

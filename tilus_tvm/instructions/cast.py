@@ -185,7 +185,8 @@ def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) ->
 
     def separately():  # the conversion, then the subtraction and the multiply, each rounded
         _emit_plain_cast(ctx, inst, hardware_fp8)
-        for slot in range(out.layout.local_size):
+        paired = _emit_paired_steps(ctx, inst) if out.dtype.name in HALVES else 0
+        for slot in range(paired, out.layout.local_size):
             value = dst_buf[slot]
             if inst.minus is not None:
                 value = value - _affine_value(ctx, inst.minus, out.layout, slot)
@@ -202,6 +203,28 @@ def emit_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) ->
              "bytes": _emit_fused_bytes}[form](ctx, inst)
         with Tb.Else():
             separately()
+
+
+def _emit_paired_steps(ctx: CodegenContext, inst: ir.Cast, minus: bool = True) -> int:
+    """minus (unless ``minus`` is False: the fma took it) and times of a 16-bit result, two slots an instruction:
+    ``fma(x, 1, -z)`` is ``x - z`` and ``fma(x, s, -0)`` is ``x * s``, each rounded once as the separate operation
+    (signed zeros too); the slots done (an odd last one is left to the caller)."""
+    out = inst.output
+    half, dst_buf = out.dtype.name, ctx.reg(out)
+    one, negative_zero = u32(_half2_bits((1.0, 1.0), half)), u32(_half2_bits((-0.0, -0.0), half))
+    fma = "tilus_fma_f16x2" if half == "float16" else "tilus_fma_bf16x2"
+    pairs = out.layout.local_size // 2
+    for p in range(pairs):
+        slots, where = (2 * p, 2 * p + 1), [tirx.Ramp(2 * p, 1, 2)]
+        bits = tirx.reinterpret("uint32", dst_buf[tuple(where)])
+        if minus and inst.minus is not None:
+            z = [_affine_value(ctx, inst.minus, out.layout, slot) for slot in slots]
+            bits = PtxOps.call(fma, bits, one, _lanes(-z[0], -z[1]))
+        if inst.times is not None:
+            bits = PtxOps.call(fma, bits, _lanes(*(_affine_value(ctx, inst.times, out.layout, slot) for slot in slots)),
+                               negative_zero)
+        Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), where)
+    return 2 * pairs
 
 
 def _affine_value(ctx: CodegenContext, tensor: Any, out_layout: RegisterLayout, slot: int):
@@ -314,7 +337,7 @@ def _emit_fused_interleaved(ctx: CodegenContext, inst: ir.Cast) -> None:
         for i, bits in enumerate(pairs):
             Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), [tirx.Ramp(w * per_word + 2 * i, 1, 2)])
     if inst.minus is not None and inst.times is not None:
-        for slot in range(out.layout.local_size):
+        for slot in range(_emit_paired_steps(ctx, inst, minus=False), out.layout.local_size):
             Tb.buffer_store(dst_buf, dst_buf[slot] * _affine_value(ctx, inst.times, out.layout, slot), [slot])
 
 

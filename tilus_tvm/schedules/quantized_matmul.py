@@ -189,7 +189,12 @@ SPLIT_REDUCTIONS = ("kernel", "serial")
 # u2 33.2-34.4 -> 40.2-40.4, u3 39.0-39.5 -> 43.4-44.5, uint8 84.9-85.0 -> 96.1-96.2, fp6 e3m2 at 16 rows 71.9-72.7 ->
 # 94.0-94.6), and zero points taken into the fma (``minus``) at decode (u4 1x8192x28672 48.6-49.0 -> 50.2-50.8 us, 16
 # rows 58.5-59.0 -> 71.4-71.5 with spills, int4 49.3-49.4 -> 50.8), with no clear gain at 256 rows (49.2-49.3 ->
-# 47.1-49.2): they keep their subtraction.
+# 47.1-49.2): they keep their subtraction. Where no fma can take the scale (signed codes, fp8, zero points), the
+# wgmma tiles give it to the cast all the same (``scales_in_cast``), which multiplies two slots an fma (and takes an
+# interleaved code's zero point into its fma): H100, base then change, two runs each, int4 256x8192x28672
+# 221.9-224.0 -> 217.8-221.5 us, fp8 e4m3 231.8-232.1 -> 228.5-229.0, int5 even; at 256x4096x11008 int5 48.9-50.3
+# -> 47.4-49.2, fp8 50.9-53.2 -> 48.7-51.8; 64x4096x11008 even; zero points at 256x4096x11008 u3 48.5-49.7 ->
+# 46.3-46.7, u4 even, at 256x8192x28672 u3 239.0-240.5 -> 232.3-233.8, u4 229.7-233.3 -> 223.6-228.9.
 FUSED_SCALES_MIN_ROWS = 64
 
 # (warps, units_per_warp): 64 to 512 channels a block (units of 16; 2 or 4 a warp, a multiple of every
@@ -336,6 +341,11 @@ class QuantizedMatmul(tilus.Script):
                               f"{fmt.describe()}{' with zero points' if self.zero_points else ''} into {dtype.name}")
         self.fused_scales = fusable and (fused_scales if fused_scales is not None
                                          else self.warpgroup_mma and block_m > FUSED_SCALES_MIN_ROWS)
+        # where the scales multiply the weights and a k-step is one group, the cast takes the scale (and zero point):
+        # into its fma (fused_scales), or where none can, two slots an instruction after the conversion; a
+        # fusable format with fused_scales False multiplies apart, element by element (the fused form's reference)
+        self.scales_in_cast = (self.warpgroup_mma or self.scale_weights) and fmt.groups_per_step == 1 and \
+            not fmt.per_channel and (self.fused_scales or not fusable)
         if self.warpgroup_mma:
             if warps % 4 or not stage_activations or not (scale_weights or fmt.per_channel):
                 raise ScriptError(f"QuantizedMatmul: warpgroup_mma needs whole warpgroups (warps={warps}), staged activations "
@@ -540,12 +550,13 @@ class QuantizedMatmul(tilus.Script):
                     # unsigned integer codes and placed floats on the wgmma tiles from 65 rows take their group's
                     # scale into the conversion's paired fma (cast's times; without zero points, where the thread's
                     # scales allow: see FUSED_SCALES_MIN_ROWS), where a k-step is one group
-                    times = scales if self.fused_scales else None
+                    times = scales if self.scales_in_cast else None
+                    minus = zslots[u % zq] if self.zero_points and self.scales_in_cast else None
                     weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold,
-                                        times=times)
+                                        minus=minus, times=times)
                     if wq and fixed:  # the slot's codes are converted: it takes step i + prefetch's words
                         self.assign(wslots[u % wq], self.load_step_words(gw, granule0, step + wq, words))
-                    if self.zero_points:
+                    if self.zero_points and minus is None:
                         weights = self.by_group(weights, zslots[u % zq], "sub")
                     if weighted and times is None:
                         weights = self.by_group(weights, scales, "mul")

@@ -679,6 +679,8 @@ def test_wgmma_tiles_from_65_rows_take_scales_into_the_conversion():
                                                    ("uint4b", 256, 1024, False, {})):
         kernel, code = source(name, m, group, zero_points, **overrides)
         assert not kernel.fused_scales and not any(c in code for c in magic_64), (name, m, group, zero_points)
+    kernel, _ = source("uint8", 256, warps=12, units_per_warp=1, block_m=128)  # (measured slower fused there)
+    assert not kernel.fused_scales and not kernel.scales_in_cast
     kernel, code = source("uint4b", 256, 128, True)  # the zero point goes into the fma, the scale after it
     assert kernel.scales_in_cast and not kernel.fused_scales and any(c in code for c in magic_64)
     fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)

@@ -174,27 +174,28 @@ SPLIT_REDUCTIONS = ("kernel", "serial")
 # The wgmma tiles of more than this many rows take an unsigned integer code's group scale into the paired fma that
 # converts it (``cast(..., times=scales)``: ``h * s - M * s`` for a code under the magic number M of its place, one
 # instruction a pair instead of two, in each thread whose scales keep ``M * s`` finite, |s| < 64 in float16), and a
-# bit-placed float's into the multiply that restores its exponent (``bits * (s * 2**(15 - bias))``). The tiles from
-# 65 rows are bound by the GPU's 700 W power limit, where every instruction a weight costs time. H100, A/B in
-# alternating processes, two runs each, every output checked: u4 256x8192x28672 218.0-219.9 -> 203.4-208.8 us,
-# 256x4096x11008 46.1-46.2 -> 42.9-43.4, 128x8192x28672 114.3-114.5 -> 109.4-109.6; u2 256x4096x11008 even (44.1-45.2
-# -> 44.0-45.8). Later, the placed types and uint8 (a later session; two runs each, base then change): at
-# 256x8192x28672 u3 218.7-227.6 -> 208.7-211.7, u6 230.9-232.0 -> 218.0-222.9, u7 239.2-241.6 -> 223.8-228.0, uint8
-# 229.8-231.1 -> 220.0-221.6, fp6 e3m2 236.3-240.1 -> 222.8-225.2, fp6 e2m3 236.3-238.0 -> 224.4-224.9, fp4
-# 222.2-228.5 -> 211.9-212.5; at 128x8192x28672 u7 136.7-137.2 -> 120.5-123.0, uint8 130.5-130.9 -> 119.8-121.4, fp6
-# e3m2 129.5-133.5 -> 118.7-119.2, fp4 119.3-120.3 -> 110.7-112.1; at 256x11008x4096 1-8% faster (uint8 even); at
-# 256x4096x11008 1-7% faster but uint8 2-3% slower (51.0-51.4 -> 52.2-52.8). The 64-row tile lost with it (u4
-# 64x4096x11008 28.6 -> 32.2-32.5: 93 -> 114 registers), and so did the decode rows (scales into the weights and the
-# fma instead of a float32 partial sum a group: u4 1x8192x28672 46.2-46.9 -> 48.8-48.9 us, 16 rows 49.5-49.9 -> 85.7-85.9,
-# u2 33.2-34.4 -> 40.2-40.4, u3 39.0-39.5 -> 43.4-44.5, uint8 84.9-85.0 -> 96.1-96.2, fp6 e3m2 at 16 rows 71.9-72.7 ->
-# 94.0-94.6), and zero points taken into the fma (``minus``) at decode (u4 1x8192x28672 48.6-49.0 -> 50.2-50.8 us, 16
-# rows 58.5-59.0 -> 71.4-71.5 with spills, int4 49.3-49.4 -> 50.8), with no clear gain at 256 rows (49.2-49.3 ->
-# 47.1-49.2): they keep their subtraction. Where no fma can take the scale (signed codes, fp8, zero points), the
-# wgmma tiles give it to the cast all the same (``scales_in_cast``), which multiplies two slots an fma (and takes an
-# interleaved code's zero point into its fma): H100, base then change, two runs each, int4 256x8192x28672
-# 221.9-224.0 -> 217.8-221.5 us, fp8 e4m3 231.8-232.1 -> 228.5-229.0, int5 even; at 256x4096x11008 int5 48.9-50.3
-# -> 47.4-49.2, fp8 50.9-53.2 -> 48.7-51.8; 64x4096x11008 even; zero points at 256x4096x11008 u3 48.5-49.7 ->
-# 46.3-46.7, u4 even, at 256x8192x28672 u3 239.0-240.5 -> 232.3-233.8, u4 229.7-233.3 -> 223.6-228.9.
+# bit-placed float's into the multiply that restores its exponent (``bits * (s * 2**(15 - bias))``). The tiles from 65
+# rows are bound by the GPU's 700 W power limit, where every instruction a weight costs time. H100, A/B in alternating
+# processes, two runs each, every output checked: u4 256x8192x28672 218.0-219.9 -> 203.4-208.8 us, 256x4096x11008
+# 46.1-46.2 -> 42.9-43.4, 128x8192x28672 114.3-114.5 -> 109.4-109.6; u2 256x4096x11008 even (44.1-45.2 -> 44.0-45.8).
+# Later, the placed types and uint8 (a later session; two runs each, base then change): at 256x8192x28672 u3
+# 218.7-227.6 -> 208.7-211.7, u6 230.9-232.0 -> 218.0-222.9, u7 239.2-241.6 -> 223.8-228.0, uint8 229.8-231.1 ->
+# 220.0-221.6, fp6 e3m2 236.3-240.1 -> 222.8-225.2, fp6 e2m3 236.3-238.0 -> 224.4-224.9, fp4 222.2-228.5 ->
+# 211.9-212.5; at 128x8192x28672 u7 136.7-137.2 -> 120.5-123.0, uint8 130.5-130.9 -> 119.8-121.4, fp6 e3m2 129.5-133.5
+# -> 118.7-119.2, fp4 119.3-120.3 -> 110.7-112.1; at 256x11008x4096 1-8% faster (uint8 even); at 256x4096x11008 1-7%
+# faster but uint8 2-3% slower (51.0-51.4 -> 52.2-52.8; 54.1 in the full table after), so uint8 on that tile of three
+# warpgroups of 64 channels (one unit a warp) keeps its multiply. The 64-row tile lost with it (u4 64x4096x11008 28.6
+# -> 32.2-32.5: 93 -> 114 registers), and so did the decode rows (scales into the weights and the fma instead of a
+# float32 partial sum a group: u4 1x8192x28672 46.2-46.9 -> 48.8-48.9 us, 16 rows 49.5-49.9 -> 85.7-85.9, u2 33.2-34.4
+# -> 40.2-40.4, u3 39.0-39.5 -> 43.4-44.5, uint8 84.9-85.0 -> 96.1-96.2, fp6 e3m2 at 16 rows 71.9-72.7 -> 94.0-94.6),
+# and zero points taken into the fma (``minus``) at decode (u4 1x8192x28672 48.6-49.0 -> 50.2-50.8 us, 16 rows
+# 58.5-59.0 -> 71.4-71.5 with spills, int4 49.3-49.4 -> 50.8): the decode rows keep their subtraction (at 256 rows it
+# measured no clear gain alone, 49.2-49.3 -> 47.1-49.2 us). Where no fma can take the scale (signed codes, fp8, zero
+# points), the wgmma tiles give it to the cast all the same (``scales_in_cast``), which multiplies two slots an fma
+# (and takes an interleaved code's zero point into its fma): H100, base then change, two runs each, int4
+# 256x8192x28672 221.9-224.0 -> 217.8-221.5 us, fp8 e4m3 231.8-232.1 -> 228.5-229.0, int5 even; at 256x4096x11008 int5
+# 48.9-50.3 -> 47.4-49.2, fp8 50.9-53.2 -> 48.7-51.8; 64x4096x11008 even; zero points at 256x4096x11008 u3 48.5-49.7
+# -> 46.3-46.7, u4 even, at 256x8192x28672 u3 239.0-240.5 -> 232.3-233.8, u4 229.7-233.3 -> 223.6-228.9.
 FUSED_SCALES_MIN_ROWS = 64
 
 # (warps, units_per_warp): 64 to 512 channels a block (units of 16; 2 or 4 a warp, a multiple of every
@@ -339,8 +340,11 @@ class QuantizedMatmul(tilus.Script):
                               f"without zero points, in groups of a k-step or more (not per channel), with the "
                               f"scales applied to the weights (warpgroup_mma or scale_weights); got "
                               f"{fmt.describe()}{' with zero points' if self.zero_points else ''} into {dtype.name}")
+        # (uint8 on the tiles of one unit a warp -- three warpgroups of 64 channels -- measured slower fused: see
+        # FUSED_SCALES_MIN_ROWS)
         self.fused_scales = fusable and (fused_scales if fused_scales is not None
-                                         else self.warpgroup_mma and block_m > FUSED_SCALES_MIN_ROWS)
+                                         else self.warpgroup_mma and block_m > FUSED_SCALES_MIN_ROWS and
+                                         not (fmt.dtype.name == "uint8" and units_per_warp < 2))
         # where the scales multiply the weights and a k-step is one group, the cast takes the scale (and zero point):
         # into its fma (fused_scales), or where none can, two slots an instruction after the conversion; a
         # fusable format with fused_scales False multiplies apart, element by element (the fused form's reference)

@@ -215,15 +215,15 @@ def _emit_paired_steps(ctx: CodegenContext, inst: ir.Cast, minus: bool = True) -
     fma = "tilus_fma_f16x2" if half == "float16" else "tilus_fma_bf16x2"
     pairs = out.layout.local_size // 2
     for p in range(pairs):
-        slots, where = (2 * p, 2 * p + 1), [tirx.Ramp(2 * p, 1, 2)]
-        bits = tirx.reinterpret("uint32", dst_buf[tuple(where)])
+        slots, ramp = (2 * p, 2 * p + 1), tirx.Ramp(2 * p, 1, 2)
+        bits = tirx.reinterpret("uint32", dst_buf[ramp])
         if minus and inst.minus is not None:
             z = [_affine_value(ctx, inst.minus, out.layout, slot) for slot in slots]
             bits = PtxOps.call(fma, bits, one, _lanes(-z[0], -z[1]))
         if inst.times is not None:
-            bits = PtxOps.call(fma, bits, _lanes(*(_affine_value(ctx, inst.times, out.layout, slot) for slot in slots)),
-                               negative_zero)
-        Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), where)
+            s = [_affine_value(ctx, inst.times, out.layout, slot) for slot in slots]
+            bits = PtxOps.call(fma, bits, _lanes(*s), negative_zero)
+        Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), [ramp])
     return 2 * pairs
 
 

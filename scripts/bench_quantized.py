@@ -9,6 +9,7 @@
     python scripts/bench_quantized.py --quick --types uint4b --tuned   # a row of quantized_matmul(tune=True) too
     python scripts/bench_quantized.py --quick --split-reduce kernel    # split-K summed by a second kernel
     python scripts/bench_quantized.py --quick --group 32               # scales (and tinygemm's) a group of 32
+    python scripts/bench_quantized.py --zero-points --types uint4b,uint3b  # integer weights with zero points too
     python scripts/bench_quantized.py --alternate 4 --shapes 256x8192x28672 --types uint4b,float8_e4m3
                                                       # torch and ours timed in turn, four rounds each
 
@@ -60,6 +61,7 @@ WARM_SECONDS = 0.2  # the call replays this long before it is timed
 SPLIT_REDUCE = None  # --split-reduce: how the table's split-K partial sums are added up (None: as it says)
 WEIGHT_STAGES = 0  # --weight-stages: the decode rows' TMA ring of weights (0: none)
 NO_TMA_ACTIVATIONS = False  # --no-tma-activations: the wgmma rows' activations by cp.async
+ZERO_POINTS = False  # --zero-points: integer weights have a zero point a group (as AWQ's), floats none
 # the table's wgmma rows (from 49 rows) exist on an sm_90a GPU only: quantized_matmul() picks them there
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
@@ -100,7 +102,8 @@ def copy_bandwidth() -> float:
 
 
 class Weights:
-    """Random codes of a type (finite values only), packed, with group scales; the values kept for checks."""
+    """Random codes of a type (finite values only), packed, with group scales (and with ZERO_POINTS, for integer
+    types, zero points: integers of the code range, as asymmetric quantization gives); the values kept for checks."""
 
     def __init__(self, name: str, k: int, n: int):
         dtype = dtypes.as_dtype(name)
@@ -109,10 +112,17 @@ class Weights:
         self.values = finite[torch.randint(0, len(finite), (k, n), device="cuda")]
         self.packed = pack_weight(self.values, dtype, GROUP)
         self.scales = ((torch.rand(k // GROUP, n, device="cuda") + 0.5) / math.sqrt(k)).half()
-        self.nbytes = self.packed.storage.numel() * 4 + self.scales.numel() * 2
+        self.zeros = None
+        if ZERO_POINTS and dtype.is_integer:
+            low, high = int(finite.min().item()), int(finite.max().item())
+            self.zeros = torch.randint(low, high + 1, (k // GROUP, n), device="cuda").half()
+        self.nbytes = self.packed.storage.numel() * 4 + self.scales.numel() * 2 * (1 if self.zeros is None else 2)
 
     def check(self, a, out, columns: int = 512):
-        w = self.values[:, :columns] * self.scales[:, :columns].float().repeat_interleave(GROUP, dim=0)
+        values = self.values[:, :columns]
+        if self.zeros is not None:
+            values = values - self.zeros[:, :columns].float().repeat_interleave(GROUP, dim=0)
+        w = values * self.scales[:, :columns].float().repeat_interleave(GROUP, dim=0)
         reference = a.float() @ w
         error = (out[:, :columns].float() - reference).abs().max().item()
         scale = reference.abs().max().item()
@@ -186,19 +196,20 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     if config is None and NO_TMA_ACTIVATIONS and chosen.warpgroup_mma:
         chosen = replace(chosen, tma_activations=False, release_barriers=False)
     if tune:
-        call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, tune=True)  # noqa: E731
+        call = lambda: quantized_matmul(a, w.packed, w.scales, w.zeros, out=out, tune=True)  # noqa: E731
     else:
-        call = lambda: quantized_matmul(a, w.packed, w.scales, out=out, config=chosen)  # noqa: E731
+        call = lambda: quantized_matmul(a, w.packed, w.scales, w.zeros, out=out, config=chosen)  # noqa: E731
     call()
     w.check(a, out)
     if tune:  # the choice, read back from the tuning database for the arguments quantized_matmul launched
         from tilus_tvm.schedules.quantized_matmul import QuantizedMatmul
         from tilus_tvm.tune import engine, library, tunable_of
 
-        kernel = library.tuned_kernel(QuantizedMatmul, fmt=w.packed.format, dtype=dtypes.float16, zero_points=False,
-                                      split_k=chosen.split_k, split_reduce="kernel")
+        kernel = library.tuned_kernel(QuantizedMatmul, fmt=w.packed.format, dtype=dtypes.float16,
+                                      zero_points=w.zeros is not None, split_k=chosen.split_k, split_reduce="kernel")
         workspace = torch.empty((chosen.split_k, m, w.packed.n) if chosen.split_k > 1 else (1,), device="cuda")
-        config = engine.choose(tunable_of(kernel), (m, a, w.packed.storage, w.scales, w.scales, out, workspace)).config
+        zeros = w.zeros if w.zeros is not None else w.scales
+        config = engine.choose(tunable_of(kernel), (m, a, w.packed.storage, w.scales, zeros, out, workspace)).config
         chosen = Config(**{**chosen.__dict__, **config, "split_reduce": "kernel"})
     return timed(call), w.nbytes + a.numel() * 2 + out.numel() * 2, chosen
 
@@ -243,6 +254,8 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
             t_ours, nbytes, config = result
             floor = nbytes / bandwidth
             tiny_text = f"{t_tiny / t_ours:12.2f}x" if (t_tiny and name.startswith("uint4b")) else f"{'-':>13}"
+            if ZERO_POINTS and dtypes.as_dtype(name.split()[0]).is_integer:
+                name = name.replace(" ", "+z ", 1) if " " in name else name + "+z"  # (zero points)
             print(f"{'':<18}{name:<14}{nbytes / 1e6:9.1f}{floor:10.1f}{t_ours:10.1f}{floor / t_ours:10.0%}"
                   f"{t_torch / t_ours:9.2f}x{tiny_text}  {config_text(config)}")
 
@@ -264,7 +277,8 @@ def alternate(shapes, types, rounds: int):
             weights = Weights(name, k, n)
             out = torch.empty(m, n, dtype=torch.float16, device="cuda")
             config = table_config(m, weights.packed.format)
-            call = (lambda w=weights, o=out, c=config: quantized_matmul(a, w.packed, w.scales, out=o, config=c))
+            call = (lambda w=weights, o=out, c=config: quantized_matmul(a, w.packed, w.scales, w.zeros, out=o,
+                                                                        config=c))
             call()
             weights.check(a, out)
             weights.values = None  # the checked values are not needed again
@@ -350,6 +364,9 @@ def main():
                              "stages (Hopper; 0: straight to registers, the table's way)")
     parser.add_argument("--no-tma-activations", action="store_true",
                         help="the wgmma rows stage their activations with cp.async instead of TMA")
+    parser.add_argument("--zero-points", action="store_true",
+                        help="integer weights with a zero point a group too (their bytes counted in the floor); "
+                             "float weights take none")
     parser.add_argument("--group", type=int, choices=[32, 64, 128], default=128,
                         help="the weights' group size (their scales' and tinygemm's)")
     parser.add_argument("--split-reduce", choices=["kernel", "serial"], default=None,
@@ -359,8 +376,9 @@ def main():
                         help="time torch.matmul and ours in turn, ROUNDS times each, at --shapes (default: the "
                              "prefill shapes) for --types (default: uint4b,float8_e4m3), instead of the table")
     args = parser.parse_args()
-    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP
+    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP, ZERO_POINTS
     SPLIT_REDUCE = args.split_reduce
+    ZERO_POINTS = args.zero_points
     GROUP = args.group
     WEIGHT_STAGES = args.weight_stages
     NO_TMA_ACTIVATIONS = args.no_tma_activations
@@ -368,7 +386,8 @@ def main():
     props = torch.cuda.get_device_properties(0)
     bandwidth = copy_bandwidth()
     print(f"# {props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}; copy bandwidth "
-          f"{bandwidth / 1e6:.2f} TB/s; weights in groups of {GROUP}; Triton W4A16 packages importable: "
+          f"{bandwidth / 1e6:.2f} TB/s; weights in groups of {GROUP}"
+          f"{' with zero points (integer types)' if ZERO_POINTS else ''}; Triton W4A16 packages importable: "
           f"{triton_packages()}")
     print("# goals: u4 g128 1x8192x28672 <= 46 us; every width 2-8 bits >= 80% of its floor; batch 64-256 >= "
           "torch.matmul f16 (vs torch >= 1.00x)")

@@ -330,10 +330,9 @@ class QuantizedMatmul(tilus.Script):
         self.fold = placed_fold(fmt, dtype, self.zero_points, self.warpgroup_mma or self.scale_weights)
         if fused_scales is not None and not isinstance(fused_scales, bool):
             raise ScriptError(f"QuantizedMatmul: fused_scales={fused_scales!r} must be None, True or False")
-        stored = fmt.interleaved or fmt.placement is not None or fmt.dtype.name == "uint8"
-        fusable = (self.warpgroup_mma or self.scale_weights) and stored and \
-            times_fusable(fmt.dtype, dtype, fmt.placement) and not self.zero_points and fmt.groups_per_step == 1 \
-            and not fmt.per_channel
+        # (times_fusable's interleaved integers are the formats stored interleaved, its placed codes the placed ones)
+        fusable = (self.warpgroup_mma or self.scale_weights) and times_fusable(fmt.dtype, dtype, fmt.placement) and \
+            not self.zero_points and fmt.groups_per_step == 1 and not fmt.per_channel
         if fused_scales and not fusable:
             raise ScriptError(f"QuantizedMatmul: fused_scales=True takes unsigned integer codes (1, 2 or 4 bits "
                               f"interleaved, 3, 5, 6 or 7 bits placed, uint8 into float16) or bit-placed floats, "

@@ -214,7 +214,8 @@ class ComputeInstructions(InstructionBase):
         return builder.materialize(cast_value(x, dtype), result)
 
     def _affine_cast(self, x, dtype, layout, out, placement, scale, minus, times) -> RegisterTensor:
-        """cast(x, dtype, minus=, times=) (placement and scale as checked by the caller)."""
+        """The Cast instruction of cast(x, dtype, minus=, times=), placed codes' too (placement and scale as checked
+        by the caller; minus and times may be None)."""
         from tilus_tvm.ir import inst as ir
 
         builder = self._builder("cast")
@@ -248,7 +249,6 @@ class ComputeInstructions(InstructionBase):
 
     def _placed_cast(self, x, dtype, layout, out, placement, scale, minus=None, times=None) -> RegisterTensor:
         from tilus_tvm.bit_placement import BitPlacement, power_of_two
-        from tilus_tvm.ir import inst as ir
 
         builder = self._builder("cast")
         if not isinstance(placement, BitPlacement):
@@ -272,12 +272,7 @@ class ComputeInstructions(InstructionBase):
         if x.layout.local_size % placement.slots:
             raise ScriptError(f"cast: a {placement.dtype.name} placement block is {placement.slots} codes; x's layout "
                               f"gives each thread {x.layout.local_size}, not whole blocks")
-        if minus is not None or times is not None:
-            return self._affine_cast(x, dtype, layout if out is None else None, out, placement, scale, minus, times)
-        result = builder.destination("cast", dtype, x.shape, out) if out is not None else \
-            builder.new_register(dtype, x.shape, layout)
-        builder.emit(ir.Cast(result, x, placement, float(scale)))
-        return result
+        return self._affine_cast(x, dtype, layout if out is None else None, out, placement, scale, minus, times)
 
     # --- reductions ------------------------------------------------------------------------------
     def _reduce(self, op: str, x: RegisterTensor, dim: Any, keepdim: bool, out: Optional[RegisterTensor]):

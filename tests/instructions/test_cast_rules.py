@@ -156,6 +156,46 @@ def test_byte_pair_prmt(signed, pair):
 
 
 @pytest.mark.parametrize("pair", [0, 1])
+@pytest.mark.parametrize("signed", [False, True])
+def test_byte_pair_into_bfloat16(signed, pair):
+    """int8/uint8 -> bfloat16 (the top bit of each byte picking the fma's addend): every code in both lanes, the
+    word's other bytes noise."""
+    dtype = int_type(8, signed)
+    ops = rules.PortableOps()
+
+    def bytes_pair(b, i):
+        low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
+        noise = tirx.const(0x5AC3 << (16 * (1 - pair)), "uint32")
+        return rules.byte_pair_bf16(ops, (b["c0"][i] << low) | (b["c1"][i] << high) | noise, pair, signed)
+
+    check_pairs("bfloat16", dtype, bytes_pair)
+
+
+@pytest.mark.parametrize("pair", [0, 1])
+@pytest.mark.parametrize("dtype", [dtypes.float8_e4m3, dtypes.float8_e5m2, float_type(3, 4), float_type(1, 6),
+                                   float_type(6, 1)], ids=str)
+def test_byte_float_pair_into_bfloat16(dtype, pair):
+    """8-bit floats -> bfloat16 by placed fields, a carry finding the reserved codes and one multiply: every code
+    in both lanes (infinities, NaN, subnormals and both zeros included), the word's other bytes noise."""
+    assert rules.byte_float_supported(dtype, "bfloat16") and not rules.byte_float_supported(dtype, "float16")
+    ops = rules.PortableOps()
+
+    def bytes_pair(b, i):
+        low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
+        noise = tirx.const(0xFF7C << (16 * (1 - pair)), "uint32")  # (an infinity's and a NaN's codes)
+        return rules.byte_float_pair(ops, (b["c0"][i] << low) | (b["c1"][i] << high) | noise, pair, dtype)
+
+    check_pairs("bfloat16", dtype, bytes_pair)
+
+
+def test_byte_float_pair_refuses_what_it_cannot_place():
+    for dtype in (dtypes.float8_e8m0, dtypes.float6_e3m2, float_type(3, 4, signed=False)):
+        assert not rules.byte_float_supported(dtype, "bfloat16")
+        with pytest.raises(ValueError, match="signed 8-bit float"):
+            rules.byte_float_pair(rules.PortableOps(), tirx.const(0, "uint32"), 0, dtype)
+
+
+@pytest.mark.parametrize("pair", [0, 1])
 def test_byte_pair_takes_a_scale(pair):
     """uint8 -> float16 with a scale in the fma (``h * s - 1024 * s``): every code against every scale of a sweep
     from float16's smallest magnitude to the largest the cast lets in (|s| * 1024 finite), one rounding (a zero

@@ -137,7 +137,9 @@ AFFINE = [("uint4b", "float16", False, True, False), ("uint4b", "float16", True,
           ("uint3b", "float16", False, True, True), ("uint6b", "bfloat16", False, True, True),
           ("uint7b", "float16", False, True, True), ("float6_e3m2", "float16", False, True, True),
           ("float4_e2m1", "bfloat16", False, True, True), ("float6_e2m3", "float16", True, True, True),
-          ("int5b", "float16", False, True, True), ("uint8", "float16", False, True, False)]
+          ("int5b", "float16", False, True, True), ("uint8", "float16", False, True, False),
+          ("uint8", "bfloat16", True, True, False), ("int8", "bfloat16", False, True, False),
+          ("float8_e5m2", "bfloat16", False, True, False), ("float8_e4m3", "bfloat16", True, True, False)]
 
 
 @pytest.mark.parametrize("src,dst,minus,times,placed", AFFINE,
@@ -165,6 +167,8 @@ def test_cast_with_minus_and_times(src, dst, minus, times, placed):
         x = x.reshape(-1).cuda()
     else:
         x = packed(codes, source).cuda()
+        if source.nbits == 8 and source.torch_dtype is not None:  # int8 and fp8 codes: their torch dtype
+            x = x.view(source.torch_dtype)
     half = target.torch_dtype
     z = torch.randint(-40, 41, (32, 1), generator=generator).float()
     z[3], z[7], z[11], z[12] = 0.5, 1500.0, -1016.0, 1016.0  # (fractional, beyond the fused limit, at it)
@@ -178,7 +182,9 @@ def test_cast_with_minus_and_times(src, dst, minus, times, placed):
         expected = (expected * s).to(half)
     y = torch.full((32, 128), -12345.0, dtype=half, device="cuda")
     K.affine_cast(source, target, src_layout, plain, minus, times, placement=codes_placement)(x, z.cuda(), s.cuda(), y)
-    assert torch.equal(y.cpu(), expected), (src, dst, minus, times, placed)  # (+0 and -0 compare equal)
+    # every element exactly, NaN where expected (fp8's reserved codes; +0 and -0 compare equal)
+    torch.testing.assert_close(y.cpu(), expected, rtol=0, atol=0, equal_nan=True,
+                               msg=lambda text: f"{(src, dst, minus, times, placed)}: {text}")
 
 
 @pytest.mark.parametrize("name", ["uint4b", "float6_e3m2"])

@@ -43,6 +43,16 @@ def test_every_listed_type_decode_batch(name):
     check(name, m=3, k=512, n=200, group=128)
 
 
+@pytest.mark.parametrize("name", ["uint8", "int8", "float8_e4m3", "float8_e5m2"])
+@pytest.mark.parametrize("m,zero_points", [(1, False), (9, True), (130, False), (256, True)])
+def test_eight_bit_weights_into_bfloat16(name, m, zero_points):
+    """8-bit weights with bfloat16 activations: their codes' fast path into bfloat16 (the top bit picking the fma's
+    addend for integers, placed fields and a carry for the floats' reserved codes) at decode rows and on the
+    wgmma tiles, floats without zero points."""
+    check(name, m, 1024, 456, 128, zero_points=zero_points and name.startswith(("uint", "int")),
+          dtype=torch.bfloat16, seed=m)
+
+
 @pytest.mark.parametrize("m,k,n,group", [(1, 256, 16, 32), (5, 384, 77, 64), (16, 1024, 300, None),
                                          (9, 256, 1000, 32), (1, 4096, 512, 128)])
 def test_shapes_and_groups_u4(m, k, n, group):

@@ -21,7 +21,8 @@ tensor stay in registers). Fast paths, two slots at a time, into ``float16``/``b
   magic number 1024, :func:`cast_rules.int4_pair`);
 - ``uint8``/``int8`` -> float16: one ``prmt`` and one ``fma.rn.f16x2`` per two bytes (the same
   magic number, :func:`cast_rules.byte_pair`), where C's conversion takes one ``cvt`` -- a
-  quarter-rate instruction -- per element;
+  quarter-rate instruction -- per element; -> bfloat16: two ``prmt``, two ``lop3`` and one
+  ``fma.rn.bf16x2`` (the top bit of each byte picks the addend, :func:`cast_rules.byte_pair_bf16`);
 - 1- and 2-bit integers: a word's codes at a time, masked by bytes, interleaved and put under the
   magic pattern by ``prmt``, one paired fma (:func:`cast_rules.narrow_int_word`);
 - other integers of at most 7 bits: two codes cut out of the words together, spread to the two
@@ -30,6 +31,8 @@ tensor stay in registers). Fast paths, two slots at a time, into ``float16``/``b
   magnitudes' high bytes, one of the signs, two spreading them; :func:`cast_rules.e2m1_quad`);
 - floats whose fields fit the target (``float4_e2m1``, ``float6_e3m2``, ``float6_e2m3``,
   ``float8_e4m3``, ``float8_e5m2``...): fields placed, one paired multiply;
+- 8-bit floats (``float8_e4m3``, ``float8_e5m2``...) -> bfloat16: both codes' fields placed by one ``prmt`` and
+  a shift, their infinities and NaN found by a carry, one paired multiply (:func:`cast_rules.byte_float_pair`);
 - on sm_89 and newer (a second registration): ``float8_e4m3``/``float8_e5m2`` from and to 16- and
   32-bit floats with ``cvt`` (``cvt.rn.f16x2.e4m3x2``, ``cvt.rn.satfinite.e4m3x2.f32``).
 
@@ -486,9 +489,8 @@ def half_pairs(ops: Any, words: Any, codes: Any, source: DataType, half: str, ha
     pairs = len(codes) // 2
     family = float_family(source) if source.is_float else None
     if source.name in ("int8", "uint8"):
-        if half != "float16":
-            return []
-        return [rules.byte_pair(ops, words[p // 2], p % 2, source.signed) for p in range(pairs)]
+        byte_pair = rules.byte_pair if half == "float16" else rules.byte_pair_bf16
+        return [byte_pair(ops, words[p // 2], p % 2, source.signed) for p in range(pairs)]
     several: list = []  # pairs done by a path that takes several at a time
     if source.name == "float4_e2m1" and half == "float16":  # four codes a 16-bit half word, by lookup
         for q in range(pairs // 2):
@@ -506,6 +508,8 @@ def half_pairs(ops: Any, words: Any, codes: Any, source: DataType, half: str, ha
     elif source.is_integer and source.nbits <= rules.HALF_MAGIC[half][2]:  # both codes cut out at once
         n = source.nbits
         convert_pair = lambda p: rules.int_pair_field(ops, bits_of(words, 2 * p * n, 2 * n), source, half)  # noqa: E731
+    elif rules.byte_float_supported(source, half):
+        convert_pair = lambda p: rules.byte_float_pair(ops, words[p // 2], p % 2, source)  # noqa: E731
     elif rules.float_pair_supported(source, half):
         convert_pair = lambda p: rules.float_pair(ops, codes[2 * p: 2 * p + 2], source, half)  # noqa: E731
     else:

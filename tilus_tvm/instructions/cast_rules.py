@@ -413,6 +413,62 @@ def byte_pair(ops: Any, word: Any, pair: int, signed: bool, coefficients: Any = 
     return ops.fma2(bits, (1.0, 1.0), (-magic - offset, -magic - offset), "float16")
 
 
+def byte_pair_bf16(ops: Any, word: Any, pair: int, signed: bool):
+    """The two bfloat16 of the 8-bit integers in bytes ``2 * pair`` and ``2 * pair + 1`` of ``word``.
+
+    bfloat16 has 7 mantissa bits, one short of a byte under a magic number: a code's low 7 bits go under
+    ``0x4300`` (``128 + low``, one ``prmt`` spreading the bytes and one ``lop3``), and its top bit, which
+    ``prmt``'s sign mode copies across its lane, picks the paired fma's addend with one more ``lop3``: 0 where
+    it is set, -128 where it is clear. ``int8`` takes ``word ^ 0x80808080`` first (``b + 128``), and -128 or
+    -256. Five instructions a pair, each lane exact."""
+    source = word ^ u32(0x80808080) if signed else word
+    low_byte, high_byte = 2 * pair, 2 * pair + 1
+    spread = ops.prmt(source, u32(0), 0x4040 | high_byte << 8 | low_byte)  # each byte alone in its lane
+    low = ops.lop3(spread, u32(0x007F007F), u32(0x43004300), LOP3_AND_OR)  # 128 + the low 7 bits
+    tops = ops.prmt(source, u32(0), 0x8888 | high_byte << 12 | high_byte << 8 | low_byte << 4 | low_byte)
+    if signed:  # -256 (0xC380) where the top bit of b + 128 is clear, -128 (0xC300) where it is set
+        addend = ops.lop3(tops, u32(0x00800080), u32(0xC380C380), LOP3_AND_XOR)
+    else:  # -128 where the top bit is clear, +0 where it is set
+        addend = ops.lop3(tops, u32(0xC300C300), u32(0xC300C300), LOP3_AND_XOR)
+    return ops.fma2_bits(low, u32(0x3F803F80), addend, "bfloat16")
+
+
+def byte_float_supported(dtype: DataType, half: str) -> bool:
+    """Whether :func:`byte_float_pair` converts ``dtype`` into ``half``: signed 8-bit floats of fewer
+    exponent bits than bfloat16's, into bfloat16."""
+    return (half == "bfloat16" and dtype.is_float and dtype.nbits == 8 and dtype.signed
+            and dtype.exponent_bits < HALF_FORMAT[half][0] and float_family(dtype) in ("ieee", "fn", "finite"))
+
+
+def byte_float_pair(ops: Any, word: Any, pair: int, dtype: DataType):
+    """The two bfloat16 of the 8-bit float codes in bytes ``2 * pair`` and ``2 * pair + 1`` of ``word``
+    (``float8_e4m3``, ``float8_e5m2``, ...: :func:`byte_float_supported`), in eight integer and paired
+    instructions, where :func:`float_pair` places each code by itself.
+
+    One ``prmt`` puts each code in the high byte of its lane, one shift moves both codes' fields to the
+    bottom of bfloat16's (the sign lands ``m + 1`` bits below bit 15, and adding it ``2**(m+1) - 1`` times
+    more carries it there). The reserved codes are found by a carry: one added at the bottom of the
+    field that is all ones in them (the exponent of ``"ieee"`` formats, exponent and mantissa of ``"fn"``)
+    runs to the bit above it only there, and that bit times ``2**(15 - top) - 1`` fills the rest of
+    bfloat16's exponent, so infinities stay infinite and NaN NaN through the final multiply by
+    ``2**(127 - bias)`` (subnormal codes become bfloat16 subnormals, which it scales exactly)."""
+    if not byte_float_supported(dtype, "bfloat16"):
+        raise ValueError(f"byte_float_pair: {dtype.name} is not a signed 8-bit float with fewer than 8 exponent bits")
+    mantissa = dtype.mantissa_bits
+    low_byte, high_byte = 2 * pair, 2 * pair + 1
+    codes = ops.prmt(word, u32(0), 0x0404 | high_byte << 12 | low_byte << 4)  # code i in bits [8, 16) of lane i
+    fields = codes >> u32(mantissa + 1)  # mantissa at the top of bf16's 7 bits, the exponent above it
+    sign = 1 << (14 - mantissa)
+    bits = fields + (fields & u32(sign | sign << 16)) * u32((1 << (mantissa + 1)) - 1)  # sign to bit 15
+    family = float_family(dtype)
+    if family != "finite":
+        probe = 1 << (7 if family == "ieee" else 7 - mantissa)  # the bottom of the all-ones field
+        top = 7 + dtype.exponent_bits  # the bit above the code's exponent
+        carry = (bits + u32(probe | probe << 16)) & u32(1 << top | 1 << (top + 16))
+        bits = bits + carry * u32((1 << (15 - top)) - 1)
+    return ops.mul2(bits, rebias_factor(dtype, "bfloat16"), "bfloat16")
+
+
 def int_pair_field(ops: Any, field: Any, dtype: DataType, half: str):
     """The 16-bit floats of the two integer codes in ``field``, a uint32 holding two consecutive
     ``n``-bit codes (the first in bits ``[0, n)``, the second in ``[n, 2n)``, nothing above), by the

@@ -10,16 +10,17 @@
     python scripts/bench_quantized.py --quick --split-reduce kernel    # split-K summed by a second kernel
     python scripts/bench_quantized.py --quick --group 32               # scales (and tinygemm's) a group of 32
     python scripts/bench_quantized.py --zero-points --types uint4b,uint3b  # integer weights with zero points too
+    python scripts/bench_quantized.py --bfloat16 --types uint8,float8_e5m2  # bfloat16 activations (torch's too)
     python scripts/bench_quantized.py --alternate 4 --shapes 256x8192x28672 --types uint4b,float8_e4m3
                                                       # torch and ours timed in turn, four rounds each
 
-One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 weights, then per weight
-type (group 128 scales unless ``--group``, float16 activations): our time, the *bandwidth floor* (bytes the kernel must
-read and write -- packed weights, scales, activations, output -- divided by the device-to-device copy
-bandwidth measured in this run), our share of it (floor / ours: 100% = at copy speed), and the speed-up
-over torch.matmul. The last column is a published W4A16 kernel where the GPU host's Python has one: PyTorch's
-own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations, the same group), on the u4
-rows; the packages with Triton W4A16 kernels that were looked for (gemlite, torchao, vllm, auto_gptq) are
+One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 (bfloat16) weights, then per
+weight type (group 128 scales unless ``--group``, float16 activations unless ``--bfloat16``): our time, the
+*bandwidth floor* (bytes the kernel must read and write -- packed weights, scales, activations, output -- divided
+by the device-to-device copy bandwidth measured in this run), our share of it (floor / ours: 100% = at copy speed),
+and the speed-up over torch.matmul. The last column is a published W4A16 kernel where the GPU host's Python has
+one: PyTorch's own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations, the same group),
+on the u4 rows; the packages with Triton W4A16 kernels that were looked for (gemlite, torchao, vllm, auto_gptq) are
 reported as found or not. Every kernel is checked against a dequantise-then-matmul reference on the first
 columns before it is timed; timings are medians of CUDA-event times of the call captured in a CUDA graph and
 replayed (host launch time not counted), L2 flushed before each replay (``benchmark_func``: a buffer
@@ -62,6 +63,8 @@ SPLIT_REDUCE = None  # --split-reduce: how the table's split-K partial sums are 
 WEIGHT_STAGES = 0  # --weight-stages: the decode rows' TMA ring of weights (0: none)
 NO_TMA_ACTIVATIONS = False  # --no-tma-activations: the wgmma rows' activations by cp.async
 ZERO_POINTS = False  # --zero-points: integer weights have a zero point a group (as AWQ's), floats none
+TORCH_ROW = "float16 torch"  # the reference's row label
+ACTIVATIONS = torch.float16  # --bfloat16: activations, scales, zero points and torch.matmul's weights in bfloat16
 # the table's wgmma rows (from 49 rows) exist on an sm_90a GPU only: quantized_matmul() picks them there
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
@@ -111,11 +114,11 @@ class Weights:
                               device="cuda")
         self.values = finite[torch.randint(0, len(finite), (k, n), device="cuda")]
         self.packed = pack_weight(self.values, dtype, GROUP)
-        self.scales = ((torch.rand(k // GROUP, n, device="cuda") + 0.5) / math.sqrt(k)).half()
+        self.scales = ((torch.rand(k // GROUP, n, device="cuda") + 0.5) / math.sqrt(k)).to(ACTIVATIONS)
         self.zeros = None
         if ZERO_POINTS and dtype.is_integer:
             low, high = int(finite.min().item()), int(finite.max().item())
-            self.zeros = torch.randint(low, high + 1, (k // GROUP, n), device="cuda").half()
+            self.zeros = torch.randint(low, high + 1, (k // GROUP, n), device="cuda").to(ACTIVATIONS)
         self.nbytes = self.packed.storage.numel() * 4 + self.scales.numel() * 2 * (1 if self.zeros is None else 2)
 
     def check(self, a, out, columns: int = 512):
@@ -181,15 +184,16 @@ def table_config(m: int, fmt) -> Config:
     """The configuration quantized_matmul picks for m rows of this weight format on this GPU, its split-K partial
     sums added as --split-reduce says."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    config = choose_config(m, fmt, sms, wgmma=HOPPER)
+    config = choose_config(m, fmt, sms, wgmma=HOPPER, zero_points=ZERO_POINTS and fmt.dtype.is_integer,
+                           dtype=str(ACTIVATIONS).removeprefix("torch."))
     return replace(config, split_reduce=SPLIT_REDUCE) if SPLIT_REDUCE else config
 
 
 def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     """(microseconds, bytes moved, config) of quantized_matmul for a batch of m rows, checked first.
     ``tune``: the configuration tuned for the shape (QuantizedMatmul's space, tuned at the first call)."""
-    a = torch.randn(m, w.packed.k, device="cuda").half()
-    out = torch.empty(m, w.packed.n, dtype=torch.float16, device="cuda")
+    a = torch.randn(m, w.packed.k, device="cuda").to(ACTIVATIONS)
+    out = torch.empty(m, w.packed.n, dtype=ACTIVATIONS, device="cuda")
     chosen = config or table_config(m, w.packed.format)
     if config is None and WEIGHT_STAGES and not chosen.warpgroup_mma:
         chosen = replace(chosen, weight_stages=WEIGHT_STAGES, weight_ring=0)
@@ -205,7 +209,7 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
         from tilus_tvm.schedules.quantized_matmul import QuantizedMatmul
         from tilus_tvm.tune import engine, library, tunable_of
 
-        kernel = library.tuned_kernel(QuantizedMatmul, fmt=w.packed.format, dtype=dtypes.float16,
+        kernel = library.tuned_kernel(QuantizedMatmul, fmt=w.packed.format, dtype=dtypes.as_dtype(ACTIVATIONS),
                                       zero_points=w.zeros is not None, split_k=chosen.split_k, split_reduce="kernel")
         workspace = torch.empty((chosen.split_k, m, w.packed.n) if chosen.split_k > 1 else (1,), device="cuda")
         zeros = w.zeros if w.zeros is not None else w.scales
@@ -221,8 +225,8 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
     baseline, ours = {}, {}
     for (k, n), batches in by_weight.items():
         for m in batches:
-            a = torch.randn(m, k, device="cuda").half()
-            w16 = torch.randn(k, n, device="cuda").half()
+            a = torch.randn(m, k, device="cuda").to(ACTIVATIONS)
+            w16 = torch.randn(k, n, device="cuda").to(ACTIVATIONS)
             tiny = tinygemm(m, k, n)
             baseline[(m, k, n)] = (timed(lambda: torch.matmul(a, w16)), timed(tiny) if tiny else None)
             del w16
@@ -241,7 +245,7 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
     for m, k, n in shapes:
         t_torch, t_tiny = baseline[(m, k, n)]
         shape = f"{m}x{k}x{n}"
-        print(f"{shape:<18}{'float16 torch':<14}{m * k * 2e-6 + k * n * 2e-6 + m * n * 2e-6:9.1f}{'':>10}"
+        print(f"{shape:<18}{TORCH_ROW:<14}{m * k * 2e-6 + k * n * 2e-6 + m * n * 2e-6:9.1f}{'':>10}"
               f"{t_torch:10.1f}{'':>10}{'1.00x':>10}")
         if t_tiny is not None:
             print(f"{'':<18}{'u4 tinygemm':<14}{'':>9}{'':>10}{t_tiny:10.1f}{'':>10}{t_torch / t_tiny:9.2f}x"
@@ -269,13 +273,13 @@ def alternate(shapes, types, rounds: int):
     print(f"\n{'shape MxKxN':<18}{'kernel':<16}{'min us':>9}{'median us':>11}{'max us':>9}{'vs torch (per round)':>24}"
           "  config")
     for m, k, n in shapes:
-        a = torch.randn(m, k, device="cuda").half()
-        w16 = torch.randn(k, n, device="cuda").half()
-        calls = {"float16 torch": (lambda: torch.matmul(a, w16), "")}
+        a = torch.randn(m, k, device="cuda").to(ACTIVATIONS)
+        w16 = torch.randn(k, n, device="cuda").to(ACTIVATIONS)
+        calls = {TORCH_ROW: (lambda: torch.matmul(a, w16), "")}
         kept = []  # the weights and outputs the calls use
         for name in types:
             weights = Weights(name, k, n)
-            out = torch.empty(m, n, dtype=torch.float16, device="cuda")
+            out = torch.empty(m, n, dtype=ACTIVATIONS, device="cuda")
             config = table_config(m, weights.packed.format)
             call = (lambda w=weights, o=out, c=config: quantized_matmul(a, w.packed, w.scales, w.zeros, out=o,
                                                                         config=c))
@@ -291,8 +295,8 @@ def alternate(shapes, types, rounds: int):
         shape = f"{m}x{k}x{n}"
         for name, (_, config) in calls.items():
             t = sorted(times[name])
-            ratios = sorted(t_torch / t_ours for t_torch, t_ours in zip(times["float16 torch"], times[name]))
-            ratio_text = "" if name == "float16 torch" else f"{ratios[0]:.2f}x - {ratios[-1]:.2f}x"
+            ratios = sorted(t_torch / t_ours for t_torch, t_ours in zip(times[TORCH_ROW], times[name]))
+            ratio_text = "" if name == TORCH_ROW else f"{ratios[0]:.2f}x - {ratios[-1]:.2f}x"
             print(f"{shape:<18}{name:<16}{t[0]:9.1f}{t[len(t) // 2]:11.1f}{t[-1]:9.1f}{ratio_text:>24}  {config}")
             shape = ""
         del a, w16, calls, kept
@@ -367,6 +371,9 @@ def main():
     parser.add_argument("--zero-points", action="store_true",
                         help="integer weights with a zero point a group too (their bytes counted in the floor); "
                              "float weights take none")
+    parser.add_argument("--bfloat16", action="store_true",
+                        help="bfloat16 activations (and scales, zero points, outputs), beside torch.matmul on bfloat16 "
+                             "weights (default: float16)")
     parser.add_argument("--group", type=int, choices=[32, 64, 128], default=128,
                         help="the weights' group size (their scales' and tinygemm's)")
     parser.add_argument("--split-reduce", choices=["kernel", "serial"], default=None,
@@ -376,8 +383,10 @@ def main():
                         help="time torch.matmul and ours in turn, ROUNDS times each, at --shapes (default: the "
                              "prefill shapes) for --types (default: uint4b,float8_e4m3), instead of the table")
     args = parser.parse_args()
-    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP, ZERO_POINTS
+    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP, ZERO_POINTS, ACTIVATIONS, TORCH_ROW
     SPLIT_REDUCE = args.split_reduce
+    if args.bfloat16:
+        ACTIVATIONS, TORCH_ROW = torch.bfloat16, "bfloat16 torch"
     ZERO_POINTS = args.zero_points
     GROUP = args.group
     WEIGHT_STAGES = args.weight_stages
@@ -387,7 +396,8 @@ def main():
     bandwidth = copy_bandwidth()
     print(f"# {props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}; copy bandwidth "
           f"{bandwidth / 1e6:.2f} TB/s; weights in groups of {GROUP}"
-          f"{' with zero points (integer types)' if ZERO_POINTS else ''}; Triton W4A16 packages importable: "
+          f"{' with zero points (integer types)' if ZERO_POINTS else ''}; {str(ACTIVATIONS)[6:]} activations; "
+          f"Triton W4A16 packages importable: "
           f"{triton_packages()}")
     print("# goals: u4 g128 1x8192x28672 <= 46 us; every width 2-8 bits >= 80% of its floor; batch 64-256 >= "
           "torch.matmul f16 (vs torch >= 1.00x)")

@@ -562,6 +562,53 @@ def test_wgmma_rows_of_the_table():
     assert choose_config(128, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True).warps == 8
 
 
+def test_zero_points_keep_uint8_off_the_tile_where_it_spills():
+    """uint8 weights with zero points and float16 activations take the medium tile on grids the 256-channel tile
+    leaves short of the SMs, three warpgroups on full ones; without zero points, with bfloat16 activations and for
+    other types the table is unchanged."""
+    def tile(m, name, k=8192, n=28672, **kwargs):
+        config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, 128), 132, wgmma=True, **kwargs)
+        return config.warps, config.units_per_warp, config.block_m, config.split_k
+
+    for m, k, n, expected in ((128, 8192, 28672, (4, 2, 128, 1)), (256, 4096, 14336, (4, 2, 128, 1)),
+                              (512, 28672, 8192, (4, 2, 128, 1)), (256, 8192, 28672, (12, 1, 128, 1)),
+                              (1024, 8192, 28672, (12, 1, 128, 1))):
+        assert tile(m, "uint8", k, n, zero_points=True) == expected, (m, k, n)
+        assert tile(m, "uint8", k, n)[:2] == (8, 2)  # the 256-channel tile
+        assert tile(m, "uint8", k, n, zero_points=True, dtype="bfloat16") == tile(m, "uint8", k, n)
+        for other in ("uint4b", "int8", "uint7b"):
+            assert tile(m, other, k, n, zero_points=True) == tile(m, other, k, n), (other, m)
+    for m in (1, 16, 64):  # the decode rows and the 64-row tile: no change
+        assert tile(m, "uint8", zero_points=True) == tile(m, "uint8")
+
+
+def test_the_zero_point_rule_rests_on_a_spill(tmp_path):
+    """WGMMA_ZERO_POINT_SPILLS's premise, from ptxas at sm_90a: uint8 with zero points spills on the 256-channel tile
+    (float16 activations) and not on the tiles taken instead; u4 with zero points does not spill there."""
+    import re
+    import shutil
+    import subprocess
+
+    from tilus_tvm.schedules.quantized_matmul import WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_THREE_GROUPS, fit_units
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+
+    def spills(name, tile):
+        fmt = WeightFormat(dtypes.as_dtype(name), 1024, 1024, 128)
+        _, compiled = compile_kernel(fmt, 256, fit_units(tile, fmt), zero_points=True, target="sm_90a")
+        source = tmp_path / f"{name}_{tile.warps}_{tile.units_per_warp}.cu"
+        source.write_text(compiled.cuda_source)
+        command = ["nvcc", "-cubin", "-arch=sm_90a", "-Xptxas", "-v", "-o", str(source.with_suffix(".cubin")), str(source)]
+        report = subprocess.run(command, capture_output=True, text=True, check=True).stderr
+        return sum(int(v) for v in re.findall(r"(\d+) bytes spill stores", report))
+
+    wide = WGMMA_CONFIGS[-1][1]
+    assert spills("uint8", wide) > 0
+    assert spills("uint8", WGMMA_MEDIUM) == 0 and spills("uint8", WGMMA_THREE_GROUPS) == 0
+    assert spills("uint4b", wide) == 0
+
+
 @pytest.mark.parametrize("m,k,n,name,tile", [
     (192, 4096, 11008, "uint4b", (4, 2, 64)),  # 86 blocks of 128 rows x 256 channels; 258 of 64 x 128: one wave
     (160, 8192, 10240, "uint2b", (4, 2, 64)),

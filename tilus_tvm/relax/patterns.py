@@ -263,7 +263,8 @@ def rewrite_dequantize_matmul(context: DispatchContext, call: Any) -> Any:
     rows = _rows(_dims(a_ty)[:-1])
     # R.call_tir passes every buffer, so the split-K partial sums come back as an output (the serial
     # reduction's semaphores would need a workspace that persists between calls)
-    config = replace(choose_config(_static(rows) or LARGE_M, fmt, wgmma=context.wgmma), split_reduce="kernel")
+    config = replace(choose_config(_static(rows) or LARGE_M, fmt, wgmma=context.wgmma, zero_points=zero_points,
+                                   dtype=dtype), split_reduce="kernel")
     kernel = kernel_for(fmt, dtype, zero_points, config)
     # the kernel's tensors are flat buffers (strided views): every operand goes in as 1-D (views, no copies)
     def flat(expr: Any, name: str) -> Any:

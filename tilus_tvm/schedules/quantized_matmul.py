@@ -1075,16 +1075,31 @@ THREE_GROUPS_SPLIT_MIN_STEPS = 12
 # 33.9 / 34.8. A grid that fills the SMs lost with them (64 x 8192 x 28672 u4 78.2 -> 82.1 / 92.3), and so did the
 # tiles from 65 rows (256 x 8192 x 28672 u4 218.6 -> 226.9 / 223.5, uint8 230.8 -> 296.4 / 293.0 with fixed slots
 # alone; 256 x 4096 x 11008 u4 even, uint8 50.7 -> 52.0).
+# With zero points, uint8 weights (float16 activations) spill on the 256-channel tile: 255 registers a thread and 52
+# bytes of local memory (ptxas -v at sm_90a; every other integer type of 1-8 bits and int8 with zero points fits,
+# so does uint8 without them). So those take WGMMA_MEDIUM where the 256-channel tile's grid is short of the SMs (two
+# of its blocks fit an SM), WGMMA_THREE_GROUPS where it is not. H100, the tiles in turn in one process, two rounds,
+# best (every output column checked; 256-channel / three warpgroups / medium): 96 x 8192 x 28672 152.4 / 172.8 /
+# 139.3 us, 128 x 8192 x 28672 155.2 / 177.5 / 143.5, 256 x 4096 x 14336 76.9 / 90.5 / 71.5, 256 x 5120 x 13824 93.2 /
+# 113.1 / 87.5 (short grids); 192 x 8192 x 28672 271.7 / 252.4 / 256.0, 256 x 8192 x 28672 281.7 / 263.1 / 267.0, 320
+# x 8192 x 28672 399.4 / 339.1 / 375.8, 1024 x 8192 x 28672 948.8 / 858.5 / 910.8; 512 x 28672 x 8192 (split in 2)
+# 505.0 / 451.4 in 2 / 455.1. The other types lost on both (u4, u3, u6, u7 with zero points at 128 and 256 rows, 3-47%;
+# int8 with zero points 9%). With bfloat16 activations uint8 spills 16 bytes there, and the medium tile measured 2-4%
+# faster at 128 and 256 rows (three warpgroups 2.5% slower at 256): not taken, too few shapes measured.
+WGMMA_ZERO_POINT_SPILLS = ("uint8",)
 WGMMA_SHORT_GRID_QUEUES = {"int4b": (2, False), "uint3b": (2, False), "float4_e2m1": (2, False), "uint8": (2, False),
                            "float8_e4m3": (2, False), "uint2b": (2, True), "uint7b": (2, True)}
 
 
 @functools.lru_cache(maxsize=4096)  # a pure choice, made again at every launch otherwise (5-20 us of host time)
-def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False) -> Config:
+def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: bool = False,
+                  zero_points: bool = False, dtype: str = "float16") -> Config:
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
     (``wgmma``: an sm_90a GPU, which from ``WGMMA_MIN_ROWS`` rows takes the ``WGMMA_CONFIGS`` tiles, or where their
     grid leaves SMs without a block ``WGMMA_SMALL`` / ``WGMMA_THREE_GROUPS`` / ``WGMMA_MEDIUM`` (see there), and
-    ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels, or split (``THREE_GROUPS_SPLIT_MIN_STEPS``)
+    ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels, or instead of the 256-channel tile where
+    that spills (``WGMMA_ZERO_POINT_SPILLS``: weights with ``zero_points``, ``dtype`` activations), or split
+    (``THREE_GROUPS_SPLIT_MIN_STEPS``)
     where the 64-row tiles too leave SMs idle, the splits of these rows added up by SplitKSum; the 64-row tile on a grid
     short of the SMs, K unsplit, keeps two k-steps of weights in flight for the types of ``WGMMA_SHORT_GRID_QUEUES``;
     below that, its rows of
@@ -1123,6 +1138,10 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             return WGMMA_THREE_GROUPS
         elif short and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
             return fit_units(WGMMA_MEDIUM, fmt)
+        elif zero_points and dtype == "float16" and fmt.dtype.name in WGMMA_ZERO_POINT_SPILLS and config.block_m > 64:
+            if not short and WGMMA_THREE_GROUPS.units_per_warp % fmt.units == 0:
+                return WGMMA_THREE_GROUPS
+            config = fit_units(WGMMA_MEDIUM, fmt)  # (K split below where even its grid is short)
         blocks = _grid_blocks(m, fmt, config)
         if blocks < multiprocessors:  # K split into one wave of two blocks an SM (see WGMMA_SPLIT_MIN_STEPS)
             splits = _wgmma_splits(blocks, fmt, multiprocessors)
@@ -1313,7 +1332,8 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
                           f"got {out.dtype} {list(out.shape)}")
     if config is None:
         sms = _multiprocessors(a.device.index if a.device.index is not None else 0) if a.is_cuda else 132
-        config = choose_config(m, fmt, sms, wgmma=a.is_cuda and torch.cuda.get_device_capability(a.device) == (9, 0))
+        config = choose_config(m, fmt, sms, wgmma=a.is_cuda and torch.cuda.get_device_capability(a.device) == (9, 0),
+                               zero_points=zeros is not None, dtype=str(a.dtype).removeprefix("torch."))
     if tuned:
         # MetaSchedule times kernels in destination-passing form, which cannot hold the semaphores of the
         # serial reduction (a persistent workspace): tuned kernels leave the split-K sum to SplitKSum

@@ -582,6 +582,19 @@ def test_zero_points_keep_uint8_off_the_tile_where_it_spills():
         assert tile(m, "uint8", zero_points=True) == tile(m, "uint8")
 
 
+def test_fp8_tiles_follow_the_activations():
+    """fp8 weights: the medium tile on grids the 256-channel tile leaves short of the SMs with float16 activations,
+    the 256-channel tile there with bfloat16 ones, which take three warpgroups on full grids instead."""
+    for name in ("float8_e4m3", "float8_e5m2"):
+        for m, k, n, float16, bfloat16 in ((128, 8192, 28672, (4, 2), (8, 2)), (256, 4096, 14336, (4, 2), (8, 2)),
+                                          (256, 8192, 28672, (8, 2), (12, 1)), (320, 8192, 28672, (8, 2), (12, 1)),
+                                          (64, 8192, 28672, (8, 1), (8, 1)), (1, 8192, 28672, (4, 1), (4, 1))):
+            fmt = WeightFormat(dtypes.as_dtype(name), k, n, 128)
+            for dtype, expected in (("float16", float16), ("bfloat16", bfloat16)):
+                config = choose_config(m, fmt, 132, wgmma=True, dtype=dtype)
+                assert (config.warps, config.units_per_warp) == expected, (name, m, k, n, dtype)
+
+
 def test_the_zero_point_rule_rests_on_a_spill(tmp_path):
     """WGMMA_ZERO_POINT_SPILLS's premise, from ptxas at sm_90a: uint8 with zero points spills on the 256-channel tile
     (float16 activations) and not on the tiles taken instead; u4 with zero points does not spill there."""

@@ -1086,6 +1086,12 @@ THREE_GROUPS_SPLIT_MIN_STEPS = 12
 # 505.0 / 451.4 in 2 / 455.1. The other types lost on both (u4, u3, u6, u7 with zero points at 128 and 256 rows, 3-47%;
 # int8 with zero points 9%). With bfloat16 activations uint8 spills 16 bytes there, and the medium tile measured 2-4%
 # faster at 128 and 256 rows (three warpgroups 2.5% slower at 256): not taken, too few shapes measured.
+# fp8 weights with bfloat16 activations (eight integer instructions a pair into bfloat16, 24 bytes spilled on the
+# 256-channel tile) are the other way round from float16's: the 256-channel tile where its grid is short of the SMs,
+# three warpgroups where it is not. Same method, e4m3 / e5m2, table -> rule: 96 x 8192 x 28672 178.2 / 177.9 -> 167.0
+# / 167.2 us, 128 x 8192 x 28672 180.4 / 181.0 -> 169.8 / 168.5, 256 x 4096 x 14336 93.1 / 92.9 -> 87.1 / 87.2, 256 x
+# 5120 x 13824 113.7 / 112.1 -> 105.3 / 107.5; 192 x 8192 x 28672 318.9 / 319.0 -> 302.7 / 301.7, 256 rows 324.0 /
+# 324.6 -> 312.1 / 313.2, 320 rows 469.3 / 468.9 -> 410.2 / 411.9 (the medium tile slower on both grids).
 WGMMA_ZERO_POINT_SPILLS = ("uint8",)
 WGMMA_SHORT_GRID_QUEUES = {"int4b": (2, False), "uint3b": (2, False), "float4_e2m1": (2, False), "uint8": (2, False),
                            "float8_e4m3": (2, False), "uint2b": (2, True), "uint7b": (2, True)}
@@ -1097,8 +1103,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
     (``wgmma``: an sm_90a GPU, which from ``WGMMA_MIN_ROWS`` rows takes the ``WGMMA_CONFIGS`` tiles, or where their
     grid leaves SMs without a block ``WGMMA_SMALL`` / ``WGMMA_THREE_GROUPS`` / ``WGMMA_MEDIUM`` (see there), and
-    ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels, or instead of the 256-channel tile where
-    that spills (``WGMMA_ZERO_POINT_SPILLS``: weights with ``zero_points``, ``dtype`` activations), or split
+    ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels, or instead of the 256-channel tile for
+    the weights, ``zero_points`` and ``dtype`` activations of ``_instead_of_the_wide_tile``, or split
     (``THREE_GROUPS_SPLIT_MIN_STEPS``)
     where the 64-row tiles too leave SMs idle, the splits of these rows added up by SplitKSum; the 64-row tile on a grid
     short of the SMs, K unsplit, keeps two k-steps of weights in flight for the types of ``WGMMA_SHORT_GRID_QUEUES``;
@@ -1136,12 +1142,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             config = small
         elif _fewer_waves(m, fmt, config, multiprocessors):
             return WGMMA_THREE_GROUPS
-        elif short and fmt.dtype.name in WGMMA_MEDIUM_TYPES:
-            return fit_units(WGMMA_MEDIUM, fmt)
-        elif zero_points and dtype == "float16" and fmt.dtype.name in WGMMA_ZERO_POINT_SPILLS and config.block_m > 64:
-            if not short and WGMMA_THREE_GROUPS.units_per_warp % fmt.units == 0:
-                return WGMMA_THREE_GROUPS
-            config = fit_units(WGMMA_MEDIUM, fmt)  # (K split below where even its grid is short)
+        elif config.block_m > 64 and _instead_of_the_wide_tile(fmt, short, zero_points, dtype) is not None:
+            return _instead_of_the_wide_tile(fmt, short, zero_points, dtype)
         blocks = _grid_blocks(m, fmt, config)
         if blocks < multiprocessors:  # K split into one wave of two blocks an SM (see WGMMA_SPLIT_MIN_STEPS)
             splits = _wgmma_splits(blocks, fmt, multiprocessors)
@@ -1178,6 +1180,21 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         if max_split is None or splits <= max_split:
             return _split_in_block(m, fmt, replace(config, split_k=splits), wgmma)
     raise AssertionError("the last row of CONFIGS serves every batch")
+
+
+def _instead_of_the_wide_tile(fmt: WeightFormat, short: bool, zero_points: bool, dtype: str) -> Optional[Config]:
+    """The tile taken instead of the 256-channel one, on a grid of it ``short`` of the SMs or not: ``WGMMA_MEDIUM``
+    on short grids for fp8 weights (``WGMMA_MEDIUM_TYPES``) with float16 activations, ``WGMMA_THREE_GROUPS`` on full
+    ones for them with bfloat16 activations, and either for the weights of ``WGMMA_ZERO_POINT_SPILLS`` with zero points
+    and float16 activations; else None."""
+    name = fmt.dtype.name
+    spills = zero_points and dtype == "float16" and name in WGMMA_ZERO_POINT_SPILLS
+    if short:
+        return fit_units(WGMMA_MEDIUM, fmt) if spills or (name in WGMMA_MEDIUM_TYPES and dtype == "float16") else None
+    if (spills or (name in WGMMA_MEDIUM_TYPES and dtype == "bfloat16")) \
+            and WGMMA_THREE_GROUPS.units_per_warp % fmt.units == 0:
+        return WGMMA_THREE_GROUPS
+    return None
 
 
 def _split_in_block(m: int, fmt: WeightFormat, config: Config, tma: bool) -> Config:

@@ -1103,27 +1103,24 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     """The configuration :func:`quantized_matmul` uses for ``m`` rows on a GPU with ``multiprocessors`` SMs
     (``wgmma``: an sm_90a GPU, which from ``WGMMA_MIN_ROWS`` rows takes the ``WGMMA_CONFIGS`` tiles, or where their
     grid leaves SMs without a block ``WGMMA_SMALL`` / ``WGMMA_THREE_GROUPS`` / ``WGMMA_MEDIUM`` (see there), and
-    ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels, or instead of the 256-channel tile for
-    the weights, ``zero_points`` and ``dtype`` activations of ``_instead_of_the_wide_tile``, or split
-    (``THREE_GROUPS_SPLIT_MIN_STEPS``)
-    where the 64-row tiles too leave SMs idle, the splits of these rows added up by SplitKSum; the 64-row tile on a grid
-    short of the SMs, K unsplit, keeps two k-steps of weights in flight for the types of ``WGMMA_SHORT_GRID_QUEUES``;
-    below that, its rows of
-    ``HOPPER_CONFIGS`` come first, where their grid fills the SMs
-    unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an SM; the decode
-    rows of 2-6-bit weights (and the 9-16-row ring row for 4-bit weights) split K in two inside their blocks instead
-    of over the grid, ``IN_BLOCK_SPLIT``): the table's
-    for the batch; K is split (``split_k``, doubling) while the grid has
-    fewer blocks per SM than the table's row asks (two, or six for the ring row's small blocks) and every
-    split keeps at least 8 k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a row
-    that would need more splits than it allows (the ring row: two) leaves the batch to the next. Uneven
-    splits (a 7B model's K of 11008 is 86 k-steps of 128, split in 8) took 1x11008x4096 on the H100 from
-    29.4 to 19.0 us for u4 (uint8 42.3 -> 27.1, u2 31.4 -> 17.2), 16 rows 34.7 -> 21.0, 32 rows 43.6 -> 35.2,
-    where only two splits divided K before. A grid still short of the row's blocks per SM at the most splits K
-    allows (a row without a split limit) takes blocks of half the units a warp, twice as many: 1x11008x4096's
-    32 blocks of 128 channels split in 8 became 64 of 64 split in 8, on the H100 (two runs, A/B) u4 18.8-19.0
-    -> 17.3 us, u2 16.8-17.0 -> 16.0-16.1, u3 17.8-18.0 -> 16.7-16.9, int5 20.5-20.7 -> 19.1, uint8 27.2-27.6 ->
-    25.4-25.6, fp6 e3m2 21.7-21.9 -> 21.0-21.1; 32 rows u4 35.2-35.3 -> 30.1-30.3; 16 rows alike (20.8-21.0)."""
+    ``WGMMA_THREE_GROUPS`` too where it takes fewer waves times channels, or instead of the 256-channel tile for the
+    weights, ``zero_points`` and ``dtype`` activations of ``_instead_of_the_wide_tile``, or split
+    (``THREE_GROUPS_SPLIT_MIN_STEPS``) where the 64-row tiles too leave SMs idle, the splits of these rows added up
+    by SplitKSum; the 64-row tile on a grid short of the SMs, K unsplit, keeps two k-steps of weights in flight for
+    the types of ``WGMMA_SHORT_GRID_QUEUES``; below that, its rows of ``HOPPER_CONFIGS`` come first, where their
+    grid fills the SMs unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an
+    SM; the decode rows of 2-6-bit weights (and the 9-16-row ring row for 4-bit weights) split K in two inside their
+    blocks instead of over the grid, ``IN_BLOCK_SPLIT``): the table's for the batch; K is split (``split_k``,
+    doubling) while the grid has fewer blocks per SM than the table's row asks (two, or six for the ring row's small
+    blocks) and every split keeps at least 8 k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a
+    row that would need more splits than it allows (the ring row: two) leaves the batch to the next. Uneven splits
+    (a 7B model's K of 11008 is 86 k-steps of 128, split in 8) took 1x11008x4096 on the H100 from 29.4 to 19.0 us
+    for u4 (uint8 42.3 -> 27.1, u2 31.4 -> 17.2), 16 rows 34.7 -> 21.0, 32 rows 43.6 -> 35.2, where only two splits
+    divided K before. A grid still short of the row's blocks per SM at the most splits K allows (a row without a
+    split limit) takes blocks of half the units a warp, twice as many: 1x11008x4096's 32 blocks of 128 channels
+    split in 8 became 64 of 64 split in 8, on the H100 (two runs, A/B) u4 18.8-19.0 -> 17.3 us, u2 16.8-17.0 ->
+    16.0-16.1, u3 17.8-18.0 -> 16.7-16.9, int5 20.5-20.7 -> 19.1, uint8 27.2-27.6 -> 25.4-25.6, fp6 e3m2 21.7-21.9
+    -> 21.0-21.1; 32 rows u4 35.2-35.3 -> 30.1-30.3; 16 rows alike (20.8-21.0)."""
     if wgmma and m >= WGMMA_MIN_ROWS:
         config = next(c for limit, c in WGMMA_CONFIGS if limit is None or m <= limit)
         config, small = fit_units(config, fmt), fit_units(WGMMA_SMALL, fmt)
@@ -1142,8 +1139,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             config = small
         elif _fewer_waves(m, fmt, config, multiprocessors):
             return WGMMA_THREE_GROUPS
-        elif config.block_m > 64 and _instead_of_the_wide_tile(fmt, short, zero_points, dtype) is not None:
-            return _instead_of_the_wide_tile(fmt, short, zero_points, dtype)
+        elif config.block_m > 64 and (instead := _instead_of_the_wide_tile(fmt, short, zero_points, dtype)):
+            return instead
         blocks = _grid_blocks(m, fmt, config)
         if blocks < multiprocessors:  # K split into one wave of two blocks an SM (see WGMMA_SPLIT_MIN_STEPS)
             splits = _wgmma_splits(blocks, fmt, multiprocessors)

@@ -188,6 +188,52 @@ def test_byte_float_pair_into_bfloat16(dtype, pair):
     check_pairs("bfloat16", dtype, bytes_pair)
 
 
+@pytest.mark.parametrize("pair", [0, 1])
+@pytest.mark.parametrize("dtype", [dtypes.uint8, dtypes.float8_e4m3, dtypes.float8_e5m2], ids=str)
+def test_byte_pairs_into_bfloat16_take_a_scale(dtype, pair):
+    """uint8 -> bfloat16 with a scale in the fma (``(128 + low) * s`` plus ``-128 * s`` where the top bit is clear)
+    and 8-bit floats (their placed pattern times ``s`` times the rebias factor): every code against scales from
+    bfloat16's smallest magnitudes to the largest the cast lets in, one rounding, the value the separate multiply
+    gives (uint8's zero code times a negative scale: +0, where the separate multiply gives -0; a float's
+    infinities and NaN stay what they are times ``s``)."""
+    from tests.test_bit_placement import random_scales
+
+    bound = 128.0 if dtype.is_integer else rules.rebias_factor(dtype, "bfloat16")
+    scales = random_scales("bfloat16", bound, 48, 7 + pair)
+    codes = np.arange(256, dtype=np.uint32)
+    c = np.repeat(codes, len(scales)).astype(np.uint32)
+    c1 = ((c * 7 + 3) % 256).astype(np.uint32)
+    s = np.tile(scales, 256)
+    ops = rules.PortableOps()
+
+    def build(b, i):
+        value = rules._half_to_f32(b["s"][i], "bfloat16")
+        both = lambda x: rules._f32_to_half_rounded(x, "bfloat16") * rules.u32(0x10001)  # noqa: E731
+        low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
+        word = (b["c0"][i] << low) | (b["c1"][i] << high) | tirx.const(0x5AC3 << (16 * (1 - pair)), "uint32")
+        if dtype.is_integer:
+            return {"h": rules.byte_pair_bf16(ops, word, pair, False,
+                                              lambda base: (both(value), both(value * rules.f32(-base))))}
+        return {"h": rules.byte_float_pair(ops, word, pair, dtype,
+                                           lambda base, factor: (both(value * rules.f32(factor)),
+                                                                 rules.u32(0x80008000)))}
+
+    out = run_cpu(build, {"c0": c, "c1": c1, "s": rounded_bits(s, "bfloat16")}, {"h": np.zeros(len(c), np.uint32)})["h"]
+    values = np.array(lowp.all_values(dtype), dtype=np.float64)
+    for lane, lane_codes in enumerate((c, c1)):
+        with np.errstate(invalid="ignore"):
+            exact = values[lane_codes] * s
+        got = ((out >> np.uint32(16 * lane)) & np.uint32(0xFFFF)).astype(np.uint32)
+        nan = np.isnan(exact)
+        assert np.isnan((got[nan] << 16).view(np.float32)).all(), lane
+        want = rounded_bits(np.where(nan, 0, exact), "bfloat16")
+        if dtype.is_integer:
+            want = np.where(exact == 0, 0, want)
+        assert got[~nan].tolist() == want[~nan].tolist(), lane
+    with pytest.raises(ValueError, match="int8 codes take no coefficients"):
+        rules.byte_pair_bf16(ops, tirx.Var("w", "uint32"), pair, True, lambda base: None)
+
+
 def test_byte_float_pair_refuses_what_it_cannot_place():
     for dtype in (dtypes.float8_e8m0, dtypes.float6_e3m2, float_type(3, 4, signed=False)):
         assert not rules.byte_float_supported(dtype, "bfloat16")

@@ -715,14 +715,14 @@ def test_wgmma_tiles_from_65_rows_take_scales_into_the_conversion():
     the thread's scales), and so do bit-placed unsigned integers and floats and uint8 (three times the conversion's
     fmas of fused_scales=False, which multiplies element by element: the fused branch's, and the other branch's
     conversion and paired multiply); the 64-row tile, signed codes, zero points, groups smaller than a k-step,
-    per-channel scales, fp8 and bfloat16 uint8 keep the separate multiply; fused_scales=True where it cannot apply
-    is refused."""
+    per-channel scales and fp8 into float16 keep the separate multiply; fused_scales=True where it cannot apply
+    is refused. With bfloat16 activations uint8 and fp8 take the scale too."""
     magic_64 = ("0x54005400", str(0x54005400))
 
-    def source(name, m, group=128, zero_points=False, **overrides):
+    def source(name, m, group=128, zero_points=False, dtype=torch.float16, **overrides):
         fmt = WeightFormat(dtypes.as_dtype(name), 1024, 512, group)
         config = replace(choose_config(m, fmt, 132, wgmma=True), **overrides)
-        kernel, compiled = compile_kernel(fmt, m, config, zero_points=zero_points, target="sm_90a")
+        kernel, compiled = compile_kernel(fmt, m, config, zero_points=zero_points, target="sm_90a", dtype=dtype)
         return kernel, compiled.cuda_source.lower()
 
     for name in ("uint4b", "uint2b", "uint1b"):
@@ -734,6 +734,12 @@ def test_wgmma_tiles_from_65_rows_take_scales_into_the_conversion():
         assert fused.fused_scales and not separate.fused_scales, name
         fmas = [c.split("__global__", 1)[1].count("tilus_fma_f16x2(") for c in (code, plain)]
         assert fmas[0] == 3 * fmas[1], (name, fmas)  # (the fused fmas; the conversion's and a paired multiply)
+    for name in ("uint8", "float8_e4m3", "float8_e5m2"):  # bfloat16 activations
+        fused, code = source(name, 256, block_m=128, dtype=torch.bfloat16)
+        separate, plain = source(name, 256, block_m=128, dtype=torch.bfloat16, fused_scales=False)
+        assert fused.fused_scales and not separate.fused_scales, name
+        fmas = [c.split("__global__", 1)[1].count("tilus_fma_bf16x2(") for c in (code, plain)]
+        assert fmas[0] == 3 * fmas[1], (name, fmas)
     for name, m, group, zero_points, overrides in (("uint4b", 64, 128, False, {"block_m": 64}),
                                                    ("int4b", 256, 128, False, {}), ("uint4b", 256, 32, False, {}),
                                                    ("uint4b", 256, 1024, False, {})):
@@ -748,8 +754,8 @@ def test_wgmma_tiles_from_65_rows_take_scales_into_the_conversion():
                            warpgroup_mma=True, fused_scales=True).fused_scales  # (asked for: the 64-row tile too)
     for name, zero_points, group, dtype in (("int4b", False, 128, "float16"), ("uint4b", True, 128, "float16"),
                                             ("int5b", False, 128, "float16"), ("float8_e4m3", False, 128, "float16"),
-                                            ("uint8", False, 128, "bfloat16"), ("uint4b", False, 1024, "float16")):
-        with pytest.raises(ScriptError, match="fused_scales=True takes unsigned integer codes .* or bit-placed floats"):
+                                            ("int8", False, 128, "bfloat16"), ("uint4b", False, 1024, "float16")):
+        with pytest.raises(ScriptError, match="fused_scales=True takes unsigned integer codes .* or 8-bit floats"):
             QuantizedMatmul(WeightFormat(dtypes.as_dtype(name), 1024, 512, group), dtype, zero_points=zero_points,
                             warps=8, units_per_warp=1 if name != "uint8" else 2, block_m=128, stage_activations=True,
                             scale_weights=True, warpgroup_mma=True, fused_scales=True)

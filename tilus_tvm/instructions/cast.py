@@ -239,32 +239,32 @@ def times_fusable(source: DataType, target: DataType, placement: Any = None) -> 
     """Whether a cast of ``source`` codes into ``target`` can take a scale alone (``times``, no ``minus``) into
     the paired fma that ends its conversion: unsigned 1-, 2- and 4-bit integers in interleaved order
     (:func:`cast_rules.interleaved_int_word_affine`), codes stored by a bit placement, unsigned integers and
-    floats (:func:`cast_rules.placed_block_affine`), and ``uint8`` into float16 (:func:`cast_rules.byte_pair`).
+    floats (:func:`cast_rules.placed_block_affine`), ``uint8`` (:func:`cast_rules.byte_pair`,
+    :func:`cast_rules.byte_pair_bf16`) and 8-bit floats into bfloat16 (:func:`cast_rules.byte_float_pair`).
     A signed integer's addend with a scale, ``(base + 2**(n-1)) * s``, is not exact in general: its scale stays
     a second instruction."""
     if target.name not in HALVES:
         return False
     if placement is not None:
         return source.is_float or not source.signed
-    if source.name == "uint8":
-        return target.name == "float16"
+    if source.name == "uint8" or rules.byte_float_supported(source, target.name):
+        return True
     return rules.interleavable(source) and not source.signed
 
 
 def _fused_form(inst: ir.Cast) -> Optional[str]:
     """Which emitter takes the cast's minus or times into its fma ("interleaved", "placed", "bytes"), or None
     (the separate steps). Interleaved 1-, 2- and 4-bit integers take minus (any code) or times
-    (:func:`times_fusable`); placed codes (with ``scale`` 1) and ``uint8`` in the output's layout take times
-    alone."""
+    (:func:`times_fusable`); placed codes (with ``scale`` 1), ``uint8`` and 8-bit floats into bfloat16 in the
+    output's layout take times alone."""
     source, target = inst.x.dtype, inst.output.dtype
     if target.name not in HALVES:
         return None
     if inst.placement is not None:
         return "placed" if inst.minus is None and inst.scale == 1.0 and times_fusable(source, target, inst.placement) \
             else None
-    if source.name == "uint8":
-        return "bytes" if inst.minus is None and target.name == "float16" and inst.x.layout == inst.output.layout \
-            else None
+    if source.name == "uint8" or rules.byte_float_supported(source, target.name):
+        return "bytes" if inst.minus is None and inst.x.layout == inst.output.layout else None
     if not is_packed(source) or not rules.interleavable(source) or inst.x.layout == inst.output.layout:
         return None
     if inst.minus is None and source.signed:
@@ -286,8 +286,7 @@ def _fused_exact(ctx: CodegenContext, inst: ir.Cast) -> Any:
     source = inst.x.dtype
     sign = 1 << (source.nbits - 1) if source.signed else 0
     tensor = inst.minus if inst.minus is not None else inst.times
-    bound = rules.rebias_factor(source, half) if inst.placement is not None and source.is_float else \
-        float(1 << mantissa_bits)
+    bound = rules.rebias_factor(source, half) if source.is_float else float(1 << mantissa_bits)
     buffer = ctx.reg(tensor)
     conditions = []
     for slot in range(int(buffer.shape[0])):
@@ -361,19 +360,28 @@ def _emit_fused_placed(ctx: CodegenContext, inst: ir.Cast) -> None:
 
 
 def _emit_fused_bytes(ctx: CodegenContext, inst: ir.Cast) -> None:
-    """``uint8`` codes with times in each pair's fma (:func:`cast_rules.byte_pair`); an odd last slot converts
-    and multiplies separately."""
-    out = inst.output
-    dst_buf, src_buf, slots = ctx.reg(out), ctx.reg(inst.x), out.layout.local_size
-    words = pack_words([tirx.Cast("uint32", src_buf[i]) for i in range(slots)], 8)
+    """8-bit codes with times in each pair's fma: ``uint8`` (:func:`cast_rules.byte_pair`, into bfloat16
+    :func:`cast_rules.byte_pair_bf16`) and 8-bit floats into bfloat16 (:func:`cast_rules.byte_float_pair`, whose
+    multiplier is ``s`` times the rebias factor); an odd last slot converts and multiplies separately."""
+    out, source = inst.output, inst.x.dtype
+    half, dst_buf, src_buf, slots = out.dtype.name, ctx.reg(out), ctx.reg(inst.x), out.layout.local_size
+    if source.is_float:  # (packed: the words as they are)
+        words = [src_buf[i] for i in range(int(src_buf.shape[0]))]
+        pair_of = functools.partial(rules.byte_float_pair, dtype=source)
+    else:
+        words = pack_words([tirx.Cast("uint32", src_buf[i]) for i in range(slots)], 8)
+        pair_of = functools.partial(rules.byte_pair if half == "float16" else rules.byte_pair_bf16, signed=False)
     for p in range(slots // 2):
-        bits = rules.byte_pair(PtxOps(), words[p // 2], p % 2, False,
-                               lambda base, p=p: _times_coefficients(ctx, inst, (2 * p, 2 * p + 1), base))
-        Tb.buffer_store(dst_buf, tirx.reinterpret("float16x2", bits), [tirx.Ramp(2 * p, 1, 2)])
+        def coefficients(base, factor=1.0, p=p):
+            return _times_coefficients(ctx, inst, (2 * p, 2 * p + 1), base, factor)
+
+        bits = pair_of(PtxOps(), words[p // 2], p % 2, coefficients=coefficients)
+        Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), [tirx.Ramp(2 * p, 1, 2)])
     if slots % 2:
         last = slots - 1
-        value = tirx.Cast(out.dtype.tvm_name, src_buf[last]) * _affine_value(ctx, inst.times, out.layout, last)
-        Tb.buffer_store(dst_buf, value, [last])
+        value = convert(bits_of(words, 8 * last, 8), source, out.dtype) if source.is_float else \
+            tirx.Cast(out.dtype.tvm_name, src_buf[last])
+        Tb.buffer_store(dst_buf, value * _affine_value(ctx, inst.times, out.layout, last), [last])
 
 
 def _emit_plain_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = False) -> None:

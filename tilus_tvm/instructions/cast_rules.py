@@ -413,19 +413,27 @@ def byte_pair(ops: Any, word: Any, pair: int, signed: bool, coefficients: Any = 
     return ops.fma2(bits, (1.0, 1.0), (-magic - offset, -magic - offset), "float16")
 
 
-def byte_pair_bf16(ops: Any, word: Any, pair: int, signed: bool):
+def byte_pair_bf16(ops: Any, word: Any, pair: int, signed: bool, coefficients: Any = None):
     """The two bfloat16 of the 8-bit integers in bytes ``2 * pair`` and ``2 * pair + 1`` of ``word``.
 
     bfloat16 has 7 mantissa bits, one short of a byte under a magic number: a code's low 7 bits go under
     ``0x4300`` (``128 + low``, one ``prmt`` spreading the bytes and one ``lop3``), and its top bit, which
     ``prmt``'s sign mode copies across its lane, picks the paired fma's addend with one more ``lop3``: 0 where
     it is set, -128 where it is clear. ``int8`` takes ``word ^ 0x80808080`` first (``b + 128``), and -128 or
-    -256. Five instructions a pair, each lane exact."""
+    -256. Five instructions a pair, each lane exact. ``coefficients`` (``uint8`` only): a function of ``base``
+    (128) giving the bits of the fma's multiplier ``s`` and of ``-128 * s``, the addend where the top bit is
+    clear (``(128 + low) * s - 128 * s``, rounded once: the product ``b * s`` rounded)."""
     source = word ^ u32(0x80808080) if signed else word
     low_byte, high_byte = 2 * pair, 2 * pair + 1
     spread = ops.prmt(source, u32(0), 0x4040 | high_byte << 8 | low_byte)  # each byte alone in its lane
     low = ops.lop3(spread, u32(0x007F007F), u32(0x43004300), LOP3_AND_OR)  # 128 + the low 7 bits
     tops = ops.prmt(source, u32(0), 0x8888 | high_byte << 12 | high_byte << 8 | low_byte << 4 | low_byte)
+    if coefficients is not None:
+        if signed:
+            raise ValueError("byte_pair_bf16: int8 codes take no coefficients (their offset's product with a scale "
+                             "is not exact)")
+        multiplier, minus_base = coefficients(128.0)
+        return ops.fma2_bits(low, multiplier, ops.lop3(tops, minus_base, minus_base, LOP3_AND_XOR), "bfloat16")
     if signed:  # -256 (0xC380) where the top bit of b + 128 is clear, -128 (0xC300) where it is set
         addend = ops.lop3(tops, u32(0x00800080), u32(0xC380C380), LOP3_AND_XOR)
     else:  # -128 where the top bit is clear, +0 where it is set
@@ -440,7 +448,7 @@ def byte_float_supported(dtype: DataType, half: str) -> bool:
             and dtype.exponent_bits < HALF_FORMAT[half][0] and float_family(dtype) in ("ieee", "fn", "finite"))
 
 
-def byte_float_pair(ops: Any, word: Any, pair: int, dtype: DataType):
+def byte_float_pair(ops: Any, word: Any, pair: int, dtype: DataType, coefficients: Any = None):
     """The two bfloat16 of the 8-bit float codes in bytes ``2 * pair`` and ``2 * pair + 1`` of ``word``
     (``float8_e4m3``, ``float8_e5m2``, ...: :func:`byte_float_supported`), in eight integer and paired
     instructions, where :func:`float_pair` places each code by itself.
@@ -451,7 +459,9 @@ def byte_float_pair(ops: Any, word: Any, pair: int, dtype: DataType):
     field that is all ones in them (the exponent of ``"ieee"`` formats, exponent and mantissa of ``"fn"``)
     runs to the bit above it only there, and that bit times ``2**(15 - top) - 1`` fills the rest of
     bfloat16's exponent, so infinities stay infinite and NaN NaN through the final multiply by
-    ``2**(127 - bias)`` (subnormal codes become bfloat16 subnormals, which it scales exactly)."""
+    ``2**(127 - bias)`` (subnormal codes become bfloat16 subnormals, which it scales exactly). ``coefficients``:
+    a function of ``base`` (0) and that factor giving the bits of another multiplier (``s`` times the factor)
+    and addend (-0), as in :func:`placed_block_affine`."""
     if not byte_float_supported(dtype, "bfloat16"):
         raise ValueError(f"byte_float_pair: {dtype.name} is not a signed 8-bit float with fewer than 8 exponent bits")
     mantissa = dtype.mantissa_bits
@@ -466,6 +476,8 @@ def byte_float_pair(ops: Any, word: Any, pair: int, dtype: DataType):
         top = 7 + dtype.exponent_bits  # the bit above the code's exponent
         carry = (bits + u32(probe | probe << 16)) & u32(1 << top | 1 << (top + 16))
         bits = bits + carry * u32((1 << (15 - top)) - 1)
+    if coefficients is not None:
+        return ops.fma2_bits(bits, *coefficients(0.0, rebias_factor(dtype, "bfloat16")), "bfloat16")
     return ops.mul2(bits, rebias_factor(dtype, "bfloat16"), "bfloat16")
 
 

@@ -241,8 +241,8 @@ class QuantizedMatmul(tilus.Script):
     of the block's, their partial sums added across the groups once, through shared memory, at the end (the
     TMA ring of weights, ``weight_stages``, whose stages then hold ``k_groups`` k-steps, as do the activations'
     stages with ``stage_activations``); ``fused_scales``: unsigned integer codes (1, 2 or 4 bits interleaved, 3, 5, 6
-    or 7 bits by their bit placement, ``uint8`` into float16) and bit-placed floats, without zero points, whose scales
-    multiply the weights, take their group's scale into the paired fma or multiply that converts them
+    or 7 bits by their bit placement, ``uint8``), bit-placed floats and 8-bit floats into bfloat16, without zero
+    points, whose scales multiply the weights, take their group's scale into the paired fma or multiply that converts them
     (``cast(..., times=)``), in every thread whose scales allow it; None: on the ``warpgroup_mma`` tiles of more than
     ``FUSED_SCALES_MIN_ROWS`` rows.
     """
@@ -335,7 +335,8 @@ class QuantizedMatmul(tilus.Script):
             not self.zero_points and fmt.groups_per_step == 1 and not fmt.per_channel
         if fused_scales and not fusable:
             raise ScriptError(f"QuantizedMatmul: fused_scales=True takes unsigned integer codes (1, 2 or 4 bits "
-                              f"interleaved, 3, 5, 6 or 7 bits placed, uint8 into float16) or bit-placed floats, "
+                              f"interleaved, 3, 5, 6 or 7 bits placed, uint8), bit-placed floats or 8-bit floats "
+                              f"into bfloat16, "
                               f"without zero points, in groups of a k-step or more (not per channel), with the "
                               f"scales applied to the weights (warpgroup_mma or scale_weights); got "
                               f"{fmt.describe()}{' with zero points' if self.zero_points else ''} into {dtype.name}")

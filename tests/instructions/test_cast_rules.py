@@ -126,6 +126,19 @@ def check_pairs(half, dtype, pair):
         assert got[~nan].tolist() == want[~nan].tolist(), (dtype, lane)
 
 
+def byte_word(b, i, pair: int, noise: int = 0x5AC3):
+    """Codes ``c0[i]``, ``c1[i]`` as bytes ``2 * pair`` and ``2 * pair + 1`` of a word whose other two bytes are
+    ``noise``."""
+    low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
+    return (b["c0"][i] << low) | (b["c1"][i] << high) | tirx.const(noise << (16 * (1 - pair)), "uint32")
+
+
+def codes_by_scale(scales):
+    """Every 8-bit code against every scale: the columns c0 (the code), c1 (another code, the other lane), s."""
+    c = np.repeat(np.arange(256, dtype=np.uint32), len(scales)).astype(np.uint32)
+    return c, ((c * 7 + 3) % 256).astype(np.uint32), np.tile(scales, 256)
+
+
 @pytest.mark.parametrize("signed", [False, True])
 def test_int4_pair_prmt_lop3(signed):
     dtype = int_type(4, signed)
@@ -146,13 +159,7 @@ def test_byte_pair_prmt(signed, pair):
     dtype = int_type(8, signed)
     ops = rules.PortableOps()
 
-    def bytes_pair(b, i):
-        low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
-        noise = tirx.const(0x5AC3 << (16 * (1 - pair)), "uint32")
-        word = (b["c0"][i] << low) | (b["c1"][i] << high) | noise
-        return rules.byte_pair(ops, word, pair, signed)
-
-    check_pairs("float16", dtype, bytes_pair)
+    check_pairs("float16", dtype, lambda b, i: rules.byte_pair(ops, byte_word(b, i, pair), pair, signed))
 
 
 @pytest.mark.parametrize("pair", [0, 1])
@@ -163,12 +170,7 @@ def test_byte_pair_into_bfloat16(signed, pair):
     dtype = int_type(8, signed)
     ops = rules.PortableOps()
 
-    def bytes_pair(b, i):
-        low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
-        noise = tirx.const(0x5AC3 << (16 * (1 - pair)), "uint32")
-        return rules.byte_pair_bf16(ops, (b["c0"][i] << low) | (b["c1"][i] << high) | noise, pair, signed)
-
-    check_pairs("bfloat16", dtype, bytes_pair)
+    check_pairs("bfloat16", dtype, lambda b, i: rules.byte_pair_bf16(ops, byte_word(b, i, pair), pair, signed))
 
 
 @pytest.mark.parametrize("pair", [0, 1])
@@ -180,12 +182,8 @@ def test_byte_float_pair_into_bfloat16(dtype, pair):
     assert rules.byte_float_supported(dtype, "bfloat16") and not rules.byte_float_supported(dtype, "float16")
     ops = rules.PortableOps()
 
-    def bytes_pair(b, i):
-        low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
-        noise = tirx.const(0xFF7C << (16 * (1 - pair)), "uint32")  # (an infinity's and a NaN's codes)
-        return rules.byte_float_pair(ops, (b["c0"][i] << low) | (b["c1"][i] << high) | noise, pair, dtype)
-
-    check_pairs("bfloat16", dtype, bytes_pair)
+    noise = 0xFF7C  # (an infinity's and a NaN's codes)
+    check_pairs("bfloat16", dtype, lambda b, i: rules.byte_float_pair(ops, byte_word(b, i, pair, noise), pair, dtype))
 
 
 @pytest.mark.parametrize("pair", [0, 1])
@@ -199,18 +197,13 @@ def test_byte_pairs_into_bfloat16_take_a_scale(dtype, pair):
     from tests.test_bit_placement import random_scales
 
     bound = 128.0 if dtype.is_integer else rules.rebias_factor(dtype, "bfloat16")
-    scales = random_scales("bfloat16", bound, 48, 7 + pair)
-    codes = np.arange(256, dtype=np.uint32)
-    c = np.repeat(codes, len(scales)).astype(np.uint32)
-    c1 = ((c * 7 + 3) % 256).astype(np.uint32)
-    s = np.tile(scales, 256)
+    c, c1, s = codes_by_scale(random_scales("bfloat16", bound, 48, 7 + pair))
     ops = rules.PortableOps()
 
     def build(b, i):
         value = rules._half_to_f32(b["s"][i], "bfloat16")
         both = lambda x: rules._f32_to_half_rounded(x, "bfloat16") * rules.u32(0x10001)  # noqa: E731
-        low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
-        word = (b["c0"][i] << low) | (b["c1"][i] << high) | tirx.const(0x5AC3 << (16 * (1 - pair)), "uint32")
+        word = byte_word(b, i, pair)
         if dtype.is_integer:
             return {"h": rules.byte_pair_bf16(ops, word, pair, False,
                                               lambda base: (both(value), both(value * rules.f32(-base))))}
@@ -248,20 +241,14 @@ def test_byte_pair_takes_a_scale(pair):
     code times a negative scale: +0); int8 codes take none."""
     from tests.test_bit_placement import random_scales
 
-    scales = random_scales("float16", 1024.0, 96, 5 + pair)
-    codes = np.arange(256, dtype=np.uint32)
-    c = np.repeat(codes, len(scales)).astype(np.uint32)
-    c1 = ((c * 7 + 3) % 256).astype(np.uint32)
-    s = np.tile(scales, 256)
+    c, c1, s = codes_by_scale(random_scales("float16", 1024.0, 96, 5 + pair))
     ops = rules.PortableOps()
 
     def build(b, i):
         value = rules._half_to_f32(b["s"][i], "float16")
         bits = rules._f32_to_half_rounded(value, "float16")
         both = lambda x: rules._f32_to_half_rounded(x, "float16") * rules.u32(0x10001)  # noqa: E731
-        low, high = (tirx.const(8 * (2 * pair), "uint32"), tirx.const(8 * (2 * pair + 1), "uint32"))
-        word = (b["c0"][i] << low) | (b["c1"][i] << high) | tirx.const(0x5AC3 << (16 * (1 - pair)), "uint32")
-        return {"h": rules.byte_pair(ops, word, pair, False,
+        return {"h": rules.byte_pair(ops, byte_word(b, i, pair), pair, False,
                                      lambda base: (bits * rules.u32(0x10001), both(value * rules.f32(-base))))}
 
     out = run_cpu(build, {"c0": c, "c1": c1, "s": rounded_bits(s, "float16")}, {"h": np.zeros(len(c), np.uint32)})["h"]

@@ -130,3 +130,29 @@ def test_uint8_takes_times_alone_into_its_fma():
             "__global__", 1)[1]
     assert "if (" in kernels["uint8"] and kernels["uint8"].count("tilus_fma_f16x2(") == 3 * 16
     assert "if (" not in kernels["int8"] and kernels["int8"].count("tilus_fma_f16x2(") == 2 * 16
+
+
+def test_eight_bit_codes_take_times_alone_into_bfloat16():
+    """uint8 and 8-bit floats into bfloat16 in their own layout: the scale in each pair's fma (beside the separate
+    steps' conversion and paired multiply, behind the check); int8 keeps the separate multiply. A thread of an odd
+    number of slots converts its last one by itself (compiled by nvcc for sm_90a)."""
+    from tests.schedules.test_quantized_matmul import ptx
+
+    def source_of(name, layout, cols):
+        source = dtypes.as_dtype(name)
+        kernel = K.affine_cast(source, dtypes.bfloat16, layout, layout, False, True)
+        x = torch.zeros(32 * cols, dtype=source.torch_dtype)
+        half = torch.bfloat16
+        compiled = kernel.compile(x, torch.zeros(32, 1, dtype=half), torch.zeros(32, 1, dtype=half),
+                                  torch.zeros(32, cols, dtype=half), target="sm_90a")
+        return compiled, compiled.cuda_source.split("__global__", 1)[1]
+
+    for name in ("uint8", "float8_e4m3", "float8_e5m2", "int8"):
+        _, code = source_of(name, PLAIN, 128)
+        fused = name != "int8"
+        assert ("if (" in code) == fused, name
+        assert code.count("tilus_fma_bf16x2(") == (3 if fused else 2) * 16, name
+    for name in ("uint8", "float8_e5m2"):
+        compiled, code = source_of(name, spatial(32, 4).local(1, 3), 12)
+        assert code.count("tilus_fma_bf16x2(") == 3, name  # (one pair fused, one converted and multiplied)
+        assert "fma.rn.bf16x2" in ptx(compiled, "sm_90a"), name  # (nvcc builds it: ptx() compiles a cubin too)

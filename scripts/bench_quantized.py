@@ -185,7 +185,7 @@ def table_config(m: int, fmt) -> Config:
     sums added as --split-reduce says."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     config = choose_config(m, fmt, sms, wgmma=HOPPER, zero_points=ZERO_POINTS and fmt.dtype.is_integer,
-                           dtype=str(ACTIVATIONS).removeprefix("torch."))
+                           dtype=dtypes.as_dtype(ACTIVATIONS).name)
     return replace(config, split_reduce=SPLIT_REDUCE) if SPLIT_REDUCE else config
 
 
@@ -396,11 +396,12 @@ def main():
     bandwidth = copy_bandwidth()
     print(f"# {props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}; copy bandwidth "
           f"{bandwidth / 1e6:.2f} TB/s; weights in groups of {GROUP}"
-          f"{' with zero points (integer types)' if ZERO_POINTS else ''}; {str(ACTIVATIONS)[6:]} activations; "
+          f"{' with zero points (integer types)' if ZERO_POINTS else ''}; "
+          f"{dtypes.as_dtype(ACTIVATIONS).name} activations; "
           f"Triton W4A16 packages importable: "
           f"{triton_packages()}")
     print("# goals: u4 g128 1x8192x28672 <= 46 us; every width 2-8 bits >= 80% of its floor; batch 64-256 >= "
-          "torch.matmul f16 (vs torch >= 1.00x)")
+          f"torch.matmul {TORCH_ROW.split()[0]} (vs torch >= 1.00x; the issue's goals are for float16)")
     if args.alternate:
         alternate(parse_shapes(args.shapes) if args.shapes else PREFILL, (args.types or "uint4b,float8_e4m3").split(","),
                   args.alternate)

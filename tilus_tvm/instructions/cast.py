@@ -51,9 +51,9 @@ one paired fma a pair (:func:`cast_rules.interleaved_int_word`); other reorderin
 interleaved integers the pair's fma takes ``z`` (any code) or ``s`` (unsigned codes without ``z``), each place's
 codes under a magic number of their own (:func:`cast_rules.interleaved_int_word_affine`). Placed codes (unsigned
 integers, under their place's magic number, and floats, whose multiply becomes ``s`` times it:
-:func:`cast_rules.placed_block_affine`) and ``uint8`` into float16 take ``s`` alone the same way. Each does so in a
-thread whose values make every addend exact (:func:`_fused_exact`); other threads, and other types, take the
-separate steps.
+:func:`cast_rules.placed_block_affine`), ``uint8`` and 8-bit floats into bfloat16 take ``s`` alone the same way.
+Each does so in a thread whose values make every addend exact (:func:`_fused_exact`); other threads, and other
+types, take the separate steps.
 """
 from __future__ import annotations
 
@@ -215,17 +215,17 @@ def _emit_paired_steps(ctx: CodegenContext, inst: ir.Cast, minus: bool = True) -
     out = inst.output
     half, dst_buf = out.dtype.name, ctx.reg(out)
     one, negative_zero = u32(_half2_bits((1.0, 1.0), half)), u32(_half2_bits((-0.0, -0.0), half))
-    fma = "tilus_fma_f16x2" if half == "float16" else "tilus_fma_bf16x2"
+    ops = PtxOps()
     pairs = out.layout.local_size // 2
     for p in range(pairs):
         slots, ramp = (2 * p, 2 * p + 1), tirx.Ramp(2 * p, 1, 2)
         bits = tirx.reinterpret("uint32", dst_buf[ramp])
         if minus and inst.minus is not None:
             z = [_affine_value(ctx, inst.minus, out.layout, slot) for slot in slots]
-            bits = PtxOps.call(fma, bits, one, _lanes(-z[0], -z[1]))
+            bits = ops.fma2_bits(bits, one, _lanes(-z[0], -z[1]), half)
         if inst.times is not None:
             s = [_affine_value(ctx, inst.times, out.layout, slot) for slot in slots]
-            bits = PtxOps.call(fma, bits, _lanes(*s), negative_zero)
+            bits = ops.fma2_bits(bits, _lanes(*s), negative_zero, half)
         Tb.buffer_store(dst_buf, tirx.reinterpret(f"{half}x2", bits), [ramp])
     return 2 * pairs
 
@@ -278,8 +278,9 @@ def _fused_exact(ctx: CodegenContext, inst: ir.Cast) -> Any:
     the separate steps would round to the same value: with minus, every ``z`` an integer of at most
     ``2**(m+1) - 2**m - 2**(n-1)`` in magnitude (``-base - z`` then an integer within ``2**(m+1)``); with
     times alone, every ``|s| * 2**m`` finite (``-base * s`` a power of two times ``s``, ``base`` at most
-    ``2**m``), or for placed floats ``|s| * factor`` (:func:`cast_rules.rebias_factor`, a power of two of at
-    least 1: the multiplier ``s * factor``). NaN fails both."""
+    ``2**m``), or for floats (placed, and 8-bit ones into bfloat16) ``|s| * factor``
+    (:func:`cast_rules.rebias_factor`, a power of two of at least 1: the multiplier ``s * factor``). NaN fails
+    both."""
     half = inst.output.dtype.name
     exponent_bits, mantissa_bits = rules.HALF_FORMAT[half]
     largest = math.ldexp(2.0 - math.ldexp(1.0, -mantissa_bits), (1 << (exponent_bits - 1)) - 1)

@@ -242,9 +242,9 @@ class QuantizedMatmul(tilus.Script):
     TMA ring of weights, ``weight_stages``, whose stages then hold ``k_groups`` k-steps, as do the activations'
     stages with ``stage_activations``); ``fused_scales``: unsigned integer codes (1, 2 or 4 bits interleaved, 3, 5, 6
     or 7 bits by their bit placement, ``uint8``), bit-placed floats and 8-bit floats into bfloat16, without zero
-    points, whose scales multiply the weights, take their group's scale into the paired fma or multiply that converts them
-    (``cast(..., times=)``), in every thread whose scales allow it; None: on the ``warpgroup_mma`` tiles of more than
-    ``FUSED_SCALES_MIN_ROWS`` rows.
+    points, whose scales multiply the weights, take their group's scale into the paired fma or multiply that
+    converts them (``cast(..., times=)``), in every thread whose scales allow it; None: on the ``warpgroup_mma``
+    tiles of more than ``FUSED_SCALES_MIN_ROWS`` rows.
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
@@ -551,7 +551,7 @@ class QuantizedMatmul(tilus.Script):
                     codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
                     scales = sslots[u % sq] if grouped else None
                     weighted = grouped and (self.warpgroup_mma or self.scale_weights)  # scales multiply weights
-                    # unsigned integer codes and placed floats on the wgmma tiles from 65 rows take their group's
+                    # the formats of times_fusable on the wgmma tiles from 65 rows take their group's
                     # scale into the conversion's paired fma (cast's times; without zero points, where the thread's
                     # scales allow: see FUSED_SCALES_MIN_ROWS), where a k-step is one group
                     times = scales if self.scales_in_cast else None
@@ -1345,15 +1345,16 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
     elif tuple(out.shape) != shape or out.dtype != a.dtype or not out.is_contiguous():
         raise LaunchError(f"quantized_matmul: out must be a contiguous {a.dtype} tensor of shape {list(shape)}, "
                           f"got {out.dtype} {list(out.shape)}")
+    half = bfloat16 if a.dtype == torch.bfloat16 else float16  # (the activations' type, checked above)
     if config is None:
         sms = _multiprocessors(a.device.index if a.device.index is not None else 0) if a.is_cuda else 132
         config = choose_config(m, fmt, sms, wgmma=a.is_cuda and torch.cuda.get_device_capability(a.device) == (9, 0),
-                               zero_points=zeros is not None, dtype=str(a.dtype).removeprefix("torch."))
+                               zero_points=zeros is not None, dtype=half.name)
     if tuned:
         # MetaSchedule times kernels in destination-passing form, which cannot hold the semaphores of the
         # serial reduction (a persistent workspace): tuned kernels leave the split-K sum to SplitKSum
         config = replace(config, split_reduce="kernel")
-        kernel = tuned_kernel(QuantizedMatmul, fmt=fmt, dtype=bfloat16 if a.dtype == torch.bfloat16 else float16,
+        kernel = tuned_kernel(QuantizedMatmul, fmt=fmt, dtype=half,
                               zero_points=zeros is not None, split_k=config.split_k, split_reduce=config.split_reduce)
     else:
         kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration

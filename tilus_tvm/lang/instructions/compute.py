@@ -189,9 +189,9 @@ class ComputeInstructions(InstructionBase):
         unsigned codes without one, the scale, one instruction a pair instead of two, whenever this thread's
         values make its addend exact (integer zero points; scales below ``2**(16 - m)`` in float16's range,
         ``m`` = 10); so does a scale without zero point for placed codes (unsigned integers alike; floats with
-        ``scale`` 1, below ``2**16`` over their :func:`~tilus_tvm.instructions.cast_rules.rebias_factor`) and
-        for ``uint8`` into float16. Otherwise, and for other types, the thread takes the separate steps. An
-        integer's zero code times a negative scale may then give +0 where the separate steps give -0.
+        ``scale`` 1, below ``2**16`` over their :func:`~tilus_tvm.instructions.cast_rules.rebias_factor`), for
+        ``uint8``, and for 8-bit floats into bfloat16. Otherwise, and for other types, the thread takes the
+        separate steps. An integer's zero code times a negative scale may then give +0 where the separate steps give -0.
 
         >>> h = self.cast(acc, float16)   # doctest: +SKIP
         >>> w = self.cast(self.view(words, dtype=uint4b, layout=interleave_local(mma_a, 8)), float16,

@@ -151,16 +151,36 @@ def test_cast_with_minus_and_times(src, dst, minus, times, placed):
     ones (those threads take the separate steps); codes by their bit placement (unsigned integers and floats take
     a scale alone into the fma, placed floats while ``|s|`` times their rebias factor is finite) and uint8 alike,
     and float6 unplaced, int5b and zero points with placed codes (no fused path)."""
+    check_affine_cast(src, dst, minus, times, placed)
+
+
+ODD_SLOTS = [("uint8", "bfloat16", False), ("float8_e5m2", "bfloat16", False), ("float8_e4m3", "bfloat16", False),
+             ("uint8", "float16", False), ("float8_e4m3", "bfloat16", True)]
+
+
+@pytest.mark.parametrize("src,dst,minus", ODD_SLOTS, ids=[f"{a}-{b}-{m}" for a, b, m in ODD_SLOTS])
+def test_cast_with_times_of_an_odd_number_of_slots(src, dst, minus):
+    """Three 8-bit codes a thread, on every element as the separate steps give them: without zero points the fused
+    paths take the scale into the first pair's fma and convert the last code by itself (the branch of the fused
+    pairs, run nowhere else: every kernel's threads hold even slots); with them, the separate steps."""
+    check_affine_cast(src, dst, minus, True, False, per_thread=3)
+
+
+def check_affine_cast(src, dst, minus, times, placed, per_thread=32):
+    """Run ``K.affine_cast`` on random codes of ``src`` in a [32, 4 * per_thread] tile (``per_thread`` slots a
+    thread) with the rows' z and s of test_cast_with_minus_and_times, and compare every element with the separate
+    steps."""
     from tilus_tvm.bit_placement import placement
     from tilus_tvm.layout import interleave_local, spatial
 
     source, target = dtypes.as_dtype(src), dtypes.as_dtype(dst)
-    plain = spatial(32, 4).local(1, 32)
+    plain = spatial(32, 4).local(1, per_thread)
+    cols = 4 * per_thread
     src_layout = interleave_local(plain, 32 // source.nbits) if source.nbits in (1, 2, 4) and not source.is_float \
         else plain
     generator = torch.Generator().manual_seed(source.nbits + 10 * minus + 20 * times)
-    codes = torch.randint(0, 1 << source.nbits, (32 * 128,), generator=generator)
-    values = lowp.decode(codes, source).reshape(32, 128)
+    codes = torch.randint(0, 1 << source.nbits, (32 * cols,), generator=generator)
+    values = lowp.decode(codes, source).reshape(32, cols)
     codes_placement = placement(source) if placed else None
     if placed:  # each thread's 32 codes are whole blocks of the placement, in order
         x = codes_placement.pack(codes.reshape(-1, codes_placement.slots).to(torch.uint8)).view(torch.uint8)
@@ -180,7 +200,7 @@ def test_cast_with_minus_and_times(src, dst, minus, times, placed):
         expected = (expected - z).to(half)
     if times:
         expected = (expected * s).to(half)
-    y = torch.full((32, 128), -12345.0, dtype=half, device="cuda")
+    y = torch.full((32, cols), -12345.0, dtype=half, device="cuda")
     K.affine_cast(source, target, src_layout, plain, minus, times, placement=codes_placement)(x, z.cuda(), s.cuda(), y)
     # every element exactly, NaN where expected (fp8's reserved codes; +0 and -0 compare equal)
     torch.testing.assert_close(y.cpu(), expected, rtol=0, atol=0, equal_nan=True,

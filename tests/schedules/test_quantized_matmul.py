@@ -584,15 +584,21 @@ def test_zero_points_keep_uint8_off_the_tile_where_it_spills():
 
 def test_fp8_tiles_follow_the_activations():
     """fp8 weights: the medium tile on grids the 256-channel tile leaves short of the SMs with float16 activations,
-    the 256-channel tile there with bfloat16 ones, which take three warpgroups on full grids instead."""
+    the 256-channel tile there with bfloat16 ones, which take three warpgroups on full grids instead; where even the
+    64-row tiles leave SMs idle, float16 splits the medium tile in 4 and bfloat16 three warpgroups in 3."""
     for name in ("float8_e4m3", "float8_e5m2"):
-        for m, k, n, float16, bfloat16 in ((128, 8192, 28672, (4, 2), (8, 2)), (256, 4096, 14336, (4, 2), (8, 2)),
-                                          (256, 8192, 28672, (8, 2), (12, 1)), (320, 8192, 28672, (8, 2), (12, 1)),
-                                          (64, 8192, 28672, (8, 1), (8, 1)), (1, 8192, 28672, (4, 1), (4, 1))):
+        for m, k, n, float16, bfloat16 in ((128, 8192, 28672, (4, 2, 1), (8, 2, 1)),
+                                          (256, 4096, 14336, (4, 2, 1), (8, 2, 1)),
+                                          (256, 8192, 28672, (8, 2, 1), (12, 1, 1)),
+                                          (320, 8192, 28672, (8, 2, 1), (12, 1, 1)),
+                                          (64, 8192, 28672, (8, 1, 1), (8, 1, 1)),
+                                          (1, 8192, 28672, (4, 1, 2), (4, 1, 2)),
+                                          (128, 28672, 8192, (4, 2, 4), (12, 1, 3)),
+                                          (96, 28672, 8192, (4, 2, 4), (12, 1, 3))):
             fmt = WeightFormat(dtypes.as_dtype(name), k, n, 128)
             for dtype, expected in (("float16", float16), ("bfloat16", bfloat16)):
                 config = choose_config(m, fmt, 132, wgmma=True, dtype=dtype)
-                assert (config.warps, config.units_per_warp) == expected, (name, m, k, n, dtype)
+                assert (config.warps, config.units_per_warp, config.split_k) == expected, (name, m, k, n, dtype)
 
 
 def test_the_zero_point_rule_rests_on_a_spill(tmp_path):
@@ -661,7 +667,7 @@ def test_wgmma_tiles_where_the_grid_is_short_of_the_sms(m, k, n, name, tile):
     (128, 28672, 8192, "uint4b", (12, 1, 128), 3),  # 43 blocks
     (128, 8192, 8192, "uint3b", (12, 1, 128), 3),
     (128, 4096, 4096, "uint4b", (4, 2, 64), 1),  # 22 blocks split in 2 (32 k-steps) fill a third: 64-row tiles
-    # ... but fp8 takes the medium tile in 4 (56 k-steps), as many blocks as 64 rows in 2
+    # ... but fp8 (float16 activations) takes the medium tile in 4 (56 k-steps), as many blocks as 64 rows in 2
     (128, 28672, 8192, "float8_e4m3", (4, 2, 128), 4),
     (96, 28672, 8192, "float8_e4m3", (4, 2, 128), 4),
     (128, 8192, 8192, "float8_e4m3", (12, 1, 128), 3),  # (the medium tile's splits would keep fewer than 40 k-steps)

@@ -308,7 +308,8 @@ def test_weights_through_a_per_thread_cp_async_ring(name, m, k, n, group, split,
     ("int3b", 57, 8192, 1024, 32, True, torch.float16, 132, (4, 2, 64), 3),
     ("uint8", 128, 8192, 1024, 128, False, torch.float16, 132, (4, 2, 64), 3),  # beyond 64 rows: the small tile
     ("float8_e4m3", 100, 41088, 512, 128, True, torch.float16, 16, (4, 2, 128), 8),  # the medium tile, 321 k-steps
-    ("float8_e5m2", 128, 41088, 512, 64, False, torch.bfloat16, 16, (4, 2, 128), 8),
+    ("float8_e5m2", 128, 41088, 512, 64, False, torch.float16, 16, (4, 2, 128), 8),
+    ("float8_e5m2", 128, 41088, 512, 64, False, torch.bfloat16, 16, (12, 1, 128), 5),  # bfloat16: three warpgroups
     # three warpgroups where the 64-row tiles too would leave SMs idle: 64 k-steps in 5 (12-13 each), channels masked
     ("uint4b", 128, 8192, 576, 128, True, torch.bfloat16, 16, (12, 1, 128), 5),
     ("int5b", 100, 8192, 500, 32, False, torch.float16, 16, (12, 1, 128), 5),
@@ -316,12 +317,13 @@ def test_weights_through_a_per_thread_cp_async_ring(name, m, k, n, group, split,
 def test_wgmma_rows_split_where_the_grid_is_short_of_the_sms(name, m, k, n, group, zero_points, dtype, sms, tile,
                                                              split):
     """On sm_90a a grid short of the SMs splits K (1024 channels at 64 rows: 8 blocks, 64 k-steps split in 3,
-    unevenly; from 65 rows the 64-row tiles, the 128-row medium tile where its splits keep 40 k-steps, or three
-    warpgroups of 64 channels), the splits added up by SplitKSum, as choose_config picks it for ``sms`` SMs, against
-    torch on every output."""
+    unevenly; from 65 rows the 64-row tiles, the 128-row medium tile where its splits keep 40 k-steps for fp8 with
+    float16 activations, or three warpgroups of 64 channels), the splits added up by SplitKSum, as choose_config picks
+    it for ``sms`` SMs and the activations' type, against torch on every output."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs sm_90a")
-    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group), sms, wgmma=True)
+    config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group), sms, wgmma=True,
+                           zero_points=zero_points, dtype=dtypes.as_dtype(dtype).name)
     assert config.warpgroup_mma and (config.warps, config.units_per_warp, config.block_m) == tile
     assert config.split_k == split and config.split_reduce == "kernel"
     check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, config=config)

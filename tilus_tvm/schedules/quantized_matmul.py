@@ -1058,8 +1058,14 @@ WGMMA_MEDIUM_SPLIT_MIN_STEPS = 40
 # 40.0, 40.0); 128 x 14336 x 4096 (in 6) 43.0 -> 37.3, 52.7 -> 40.6, 46.9 -> 39.9 (torch 52.5); 128 x 8192 x 8192 (in
 # 3) 47.1 -> 39.3, 57.8 -> 44.1, 52.7 -> 43.3 (torch 50.0); 256 x 11008 x 4096 (in 3) 58.9 -> 46.6, 70.8 -> 51.0, 62.4
 # -> 51.7 (torch 48.2); 128 x 28672 x 8192 (in 3) u4 118.9 -> 109.9, uint8 139.9 -> 132.1, but fp8 120.0 -> 126.7
-# (torch 171.4), hence the medium tile first for fp8. Split where a second block would need an SM of its own, they
-# lost: 256 x 4096 x 11008 in 2, u4 45.6 -> 58.6.
+# (torch 171.4), hence the medium tile first for fp8 with float16 activations. With bfloat16 activations (a later
+# session; fp8 then takes eight integer instructions a pair, not one cvt) the three warpgroups won there instead (H100,
+# in one process, two runs each, every output column checked, medium in 4 -> three in 3): 128 x 28672 x 8192 e4m3
+# 184.0-184.5 -> 131.9-134.8 us, e5m2 181.8-182.6 -> 133.4-134.4; 96 x 28672 x 8192 e4m3 178.5-181.1 -> 129.1-129.2,
+# e5m2 178.5-181.5 -> 126.1-128.1 (torch.matmul on bfloat16 weights 172.4 and 170.9); float16 in the same session
+# kept the medium tile (e4m3 120.7-121.3 against 125.2-130.9 at 128 rows, 117.8-118.6 against 118.9-120.6 at 96), so
+# fp8 with bfloat16 activations takes the three warpgroups' split. Split where a second block would need an SM of its
+# own, they lost: 256 x 4096 x 11008 in 2, u4 45.6 -> 58.6.
 THREE_GROUPS_SPLIT_MIN_STEPS = 12
 # Where the 64-row tile (WGMMA_CONFIGS' first) leaves SMs without a block and K stays unsplit (49-64 rows of a 7B
 # model's projections: 86-108 blocks, one an SM), each block's weight loads wait in the open: one k-step of them in
@@ -1128,7 +1134,7 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         blocks, small_blocks = _grid_blocks(m, fmt, config), _grid_blocks(m, fmt, small)
         short = config.block_m > 64 and blocks < multiprocessors  # (from 65 rows: SMs left without a block)
         if short and small_blocks < multiprocessors:  # even the 64-row tiles: K is split
-            if fmt.dtype.name in WGMMA_MEDIUM_TYPES:
+            if fmt.dtype.name in WGMMA_MEDIUM_TYPES and dtype == "float16":  # (see THREE_GROUPS_SPLIT_MIN_STEPS)
                 medium = _medium_split(m, fmt, multiprocessors, small_blocks,
                                        _wgmma_splits(small_blocks, fmt, multiprocessors))
                 if medium is not None:

@@ -1053,7 +1053,8 @@ WGMMA_MEDIUM_SPLIT_MIN_STEPS = 40
 # From 65 rows, where even the 64-row tiles leave SMs idle (a grid short of the SMs: K would be split), three
 # warpgroups of 64 channels (WGMMA_THREE_GROUPS, one block an SM) are split instead, as often as keeps one block an SM,
 # each split keeping at least THREE_GROUPS_SPLIT_MIN_STEPS k-steps, where that fills 3/4 of the SMs; for fp8 weights
-# the medium tile's split (above) first. Same runs, against the tiles those shapes took before (split, by SplitKSum):
+# with float16 activations the medium tile's split (above) first. Same runs, against the tiles those shapes took before
+# (split, by SplitKSum):
 # 128 x 11008 x 4096 (in 6: 22 blocks, 14 k-steps) 35.9 -> 31.7, 36.9 -> 33.5, 36.7 -> 33.1 (torch 41.7; in 4: 36.2,
 # 40.0, 40.0); 128 x 14336 x 4096 (in 6) 43.0 -> 37.3, 52.7 -> 40.6, 46.9 -> 39.9 (torch 52.5); 128 x 8192 x 8192 (in
 # 3) 47.1 -> 39.3, 57.8 -> 44.1, 52.7 -> 43.3 (torch 50.0); 256 x 11008 x 4096 (in 3) 58.9 -> 46.6, 70.8 -> 51.0, 62.4

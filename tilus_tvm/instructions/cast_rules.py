@@ -393,6 +393,12 @@ def _interleaved_fields(ops: Any, word: Any, dtype: DataType, half: str, pattern
         yield place, sign, bits
 
 
+def _unsigned_bytes(rule: str, signed: bool) -> None:
+    """Refuse coefficients for int8 codes in a byte-pair rule: their offset's product with a scale is not exact."""
+    if signed:
+        raise ValueError(f"{rule}: int8 codes take no coefficients (their offset's product with a scale is not exact)")
+
+
 def byte_pair(ops: Any, word: Any, pair: int, signed: bool, coefficients: Any = None):
     """The two float16 of the 8-bit integers in bytes ``2 * pair`` and ``2 * pair + 1`` of ``word``
     (``int8`` codes are two's complement): one ``prmt`` puts each byte under the magic pattern's
@@ -405,9 +411,7 @@ def byte_pair(ops: Any, word: Any, pair: int, signed: bool, coefficients: Any = 
     source = word ^ u32(0x80808080) if signed else word
     bits = ops.prmt(source, u32(high * 0x01010101), 0x4040 | (2 * pair + 1) << 8 | 2 * pair)
     if coefficients is not None:
-        if signed:
-            raise ValueError("byte_pair: int8 codes take no coefficients (their offset's product with a scale is "
-                             "not exact)")
+        _unsigned_bytes("byte_pair", signed)
         return ops.fma2_bits(bits, *coefficients(magic), "float16")
     offset = 128.0 if signed else 0.0
     return ops.fma2(bits, (1.0, 1.0), (-magic - offset, -magic - offset), "float16")
@@ -429,9 +433,7 @@ def byte_pair_bf16(ops: Any, word: Any, pair: int, signed: bool, coefficients: A
     low = ops.lop3(spread, u32(0x007F007F), u32(0x43004300), LOP3_AND_OR)  # 128 + the low 7 bits
     tops = ops.prmt(source, u32(0), 0x8888 | high_byte << 12 | high_byte << 8 | low_byte << 4 | low_byte)
     if coefficients is not None:
-        if signed:
-            raise ValueError("byte_pair_bf16: int8 codes take no coefficients (their offset's product with a scale "
-                             "is not exact)")
+        _unsigned_bytes("byte_pair_bf16", signed)
         multiplier, minus_base = coefficients(128.0)
         return ops.fma2_bits(low, multiplier, ops.lop3(tops, minus_base, minus_base, LOP3_AND_XOR), "bfloat16")
     if signed:  # -256 (0xC380) where the top bit of b + 128 is clear, -128 (0xC300) where it is set

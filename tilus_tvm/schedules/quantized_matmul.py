@@ -1135,7 +1135,7 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
         blocks, small_blocks = _grid_blocks(m, fmt, config), _grid_blocks(m, fmt, small)
         short = config.block_m > 64 and blocks < multiprocessors  # (from 65 rows: SMs left without a block)
         if short and small_blocks < multiprocessors:  # even the 64-row tiles: K is split
-            if fmt.dtype.name in WGMMA_MEDIUM_TYPES and dtype == "float16":  # (see THREE_GROUPS_SPLIT_MIN_STEPS)
+            if _medium_first(fmt, dtype):  # (bfloat16: see THREE_GROUPS_SPLIT_MIN_STEPS)
                 medium = _medium_split(m, fmt, multiprocessors, small_blocks,
                                        _wgmma_splits(small_blocks, fmt, multiprocessors))
                 if medium is not None:
@@ -1195,11 +1195,17 @@ def _instead_of_the_wide_tile(fmt: WeightFormat, short: bool, zero_points: bool,
     name = fmt.dtype.name
     spills = zero_points and dtype == "float16" and name in WGMMA_ZERO_POINT_SPILLS
     if short:
-        return fit_units(WGMMA_MEDIUM, fmt) if spills or (name in WGMMA_MEDIUM_TYPES and dtype == "float16") else None
+        return fit_units(WGMMA_MEDIUM, fmt) if spills or _medium_first(fmt, dtype) else None
     if (spills or (name in WGMMA_MEDIUM_TYPES and dtype == "bfloat16")) \
             and WGMMA_THREE_GROUPS.units_per_warp % fmt.units == 0:
         return WGMMA_THREE_GROUPS
     return None
+
+
+def _medium_first(fmt: WeightFormat, dtype: str) -> bool:
+    """Whether the weights take ``WGMMA_MEDIUM`` first on grids short of the SMs, unsplit or split: fp8
+    (``WGMMA_MEDIUM_TYPES``) with float16 activations."""
+    return fmt.dtype.name in WGMMA_MEDIUM_TYPES and dtype == "float16"
 
 
 def _split_in_block(m: int, fmt: WeightFormat, config: Config, tma: bool) -> Config:

@@ -15,9 +15,10 @@
                                                       # torch and ours timed in turn, four rounds each
 
 One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 (bfloat16) weights, then per
-weight type (group 128 scales unless ``--group``, float16 activations unless ``--bfloat16``): our time, the
-*bandwidth floor* (bytes the kernel must read and write -- packed weights, scales, activations, output -- divided
-by the device-to-device copy bandwidth measured in this run), our share of it (floor / ours: 100% = at copy speed),
+weight type (group 128 scales unless ``--group``, float16 activations unless ``--bfloat16``, small floats packed
+for the activations' type): our time, the *bandwidth floor* (bytes the kernel must read and write -- packed
+weights, scales, activations, output -- divided by the device-to-device copy bandwidth measured in this run), our
+share of it (floor / ours: 100% = at copy speed),
 and the speed-up over torch.matmul. The last column is a published W4A16 kernel where the GPU host's Python has
 one: PyTorch's own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations, the same group),
 on the u4 rows; the packages with Triton W4A16 kernels that were looked for (gemlite, torchao, vllm, auto_gptq) are
@@ -113,7 +114,7 @@ class Weights:
         finite = torch.tensor([v for v in lowp.all_values(dtype) if math.isfinite(v)], dtype=torch.float32,
                               device="cuda")
         self.values = finite[torch.randint(0, len(finite), (k, n), device="cuda")]
-        self.packed = pack_weight(self.values, dtype, GROUP)
+        self.packed = pack_weight(self.values, dtype, GROUP, activations=ACTIVATIONS)  # (small floats: placed for it)
         self.scales = ((torch.rand(k // GROUP, n, device="cuda") + 0.5) / math.sqrt(k)).to(ACTIVATIONS)
         self.zeros = None
         if ZERO_POINTS and dtype.is_integer:

@@ -17,6 +17,12 @@ from tests.instructions.test_cast_rules import half_bits, run_cpu
 PLACEABLE = [int_type(n, s) for n in (3, 5, 6, 7) for s in (False, True)] + [
     dtypes.float6_e3m2, dtypes.float6_e2m3, dtypes.float4_e2m1, float_type(1, 1), float_type(2, 2), float_type(3, 1),
     float_type(2, 3, signed=False), float_type(4, 2), float_type(3, 3)]
+# (type, the 16-bit type its placement is designed for): floats have a design for each, integers one
+DESIGNS = [(t, "float16") for t in PLACEABLE] + [(t, "bfloat16") for t in PLACEABLE if t.is_float]
+
+
+def design_id(design) -> str:
+    return f"{design[0]}-{design[1]}"
 
 
 def test_which_types_are_placeable():
@@ -28,18 +34,21 @@ def test_which_types_are_placeable():
         placement("uint4b")
 
 
-@pytest.mark.parametrize("dtype", PLACEABLE, ids=str)
-def test_every_bit_of_a_block_holds_one_code_bit(dtype):
-    p = placement(dtype)
+@pytest.mark.parametrize("design", DESIGNS, ids=design_id)
+def test_every_bit_of_a_block_holds_one_code_bit(design):
+    dtype = design[0]
+    p = placement(*design)
+    assert p.half == design[1]
     held = [bit for row in p.source for bit in row]
     assert len(held) == 16 * p.words and None not in held
     assert sorted(held) == [(pair, bit) for pair in range(p.slots // 2) for bit in range(dtype.nbits)]
     assert p.slots * dtype.nbits == 32 * p.words
 
 
-@pytest.mark.parametrize("dtype", PLACEABLE, ids=str)
-def test_pack_and_unpack_round_trip(dtype):
-    p = placement(dtype)
+@pytest.mark.parametrize("design", DESIGNS, ids=design_id)
+def test_pack_and_unpack_round_trip(design):
+    dtype = design[0]
+    p = placement(*design)
     codes = torch.randint(0, 1 << dtype.nbits, (3, 4 * p.slots), dtype=torch.uint8)
     words = p.pack(codes)
     assert words.dtype == torch.int32 and words.shape == (3, 4 * p.words)
@@ -68,11 +77,29 @@ def test_placement_costs_what_the_design_says():
     assert placement(dtypes.float4_e2m1).cost("float16") == 10
 
 
+def test_floats_have_a_design_for_bfloat16():
+    """A float's fields sit 6 bits below its sign in float16 and 9 in bfloat16, so a design for one costs the other
+    more pieces: designed for bfloat16, float4_e2m1 takes 11 masks and shifts into bfloat16 (17 on the float16
+    design), float6_e3m2 21 (36), float6_e2m3 29 (35). An integer's magic number takes its code at the same
+    places in both, so it has one design, whichever is asked for."""
+    for name, for_float16, for_bfloat16 in (("float4_e2m1", (10, 17), (15, 11)), ("float6_e3m2", (25, 36), (32, 21)),
+                                             ("float6_e2m3", (29, 35), (37, 29))):
+        by_half = {half: placement(name, half) for half in ("float16", "bfloat16")}
+        assert (by_half["float16"].cost("float16"), by_half["float16"].cost("bfloat16")) == for_float16, name
+        assert (by_half["bfloat16"].cost("float16"), by_half["bfloat16"].cost("bfloat16")) == for_bfloat16, name
+    for dtype in (dtypes.uint3b, dtypes.int5b, dtypes.uint6b, dtypes.int7b):
+        assert placement(dtype, "bfloat16") == placement(dtype) and placement(dtype).half == "float16"
+    with pytest.raises(ValueError, match="half=float32 must be float16 or bfloat16"):
+        placement(dtypes.float4_e2m1, "float32")
+
+
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
-@pytest.mark.parametrize("dtype", PLACEABLE, ids=str)
-def test_placed_block_decodes_every_code(half, dtype):
-    """Random blocks plus blocks of every code in every slot: each pair's two lanes against lowp's values."""
-    p = placement(dtype)
+@pytest.mark.parametrize("design", DESIGNS, ids=design_id)
+def test_placed_block_decodes_every_code(half, design):
+    """Random blocks plus blocks of every code in every slot, each design read into each 16-bit type: each pair's
+    two lanes against lowp's values."""
+    dtype = design[0]
+    p = placement(*design)
     count = 1 << dtype.nbits
     rng = np.random.default_rng(dtype.nbits * 7 + (half == "bfloat16"))
     every = np.stack([np.roll(np.arange(p.slots * count) % count, shift)[:p.slots]
@@ -143,14 +170,15 @@ def random_scales(half: str, bound: float, count: int, seed: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
-@pytest.mark.parametrize("dtype", [t for t in PLACEABLE if t.is_float or not t.signed], ids=str)
-def test_placed_block_affine_takes_a_scale(half, dtype):
+@pytest.mark.parametrize("design", [d for d in DESIGNS if d[0].is_float or not d[0].signed], ids=design_id)
+def test_placed_block_affine_takes_a_scale(half, design):
     """Each pair's fma taking a scale: an unsigned integer under its place's magic number (``h * s - base * s``),
     a float's placed pattern times ``s * factor``; one rounding, the value the separate multiply gives (an
     integer's zero code times a negative scale: +0, where the separate multiply gives -0)."""
     from tests.instructions.test_cast_rules import rounded_bits
 
-    p = placement(dtype)
+    dtype = design[0]
+    p = placement(*design)
     count = 2048
     rng = np.random.default_rng(dtype.nbits * 11 + dtype.is_float)
     codes = rng.integers(0, 1 << dtype.nbits, (count, p.slots)).astype(np.uint8)

@@ -20,15 +20,21 @@ mask`` (a left shift for negative ``shift``; the mask has the same 16 bits in bo
 Signed integers are stored with their sign bit flipped (offset binary, ``c + 2**(n-1)``), so that the
 magic number's fma removes the offset and no ``xor`` is needed.
 
-The placement is designed for ``float16``; ``bfloat16`` (7 mantissa bits) reads the same storage with
-recipes of more pieces. Which types have one: :func:`placeable`. ``pack_weight`` stores the weights of
-these types this way (:mod:`tilus_tvm.schedules.quantized_weight`), and ``cast(..., placement=)``
-converts them (:func:`tilus_tvm.instructions.cast_rules.placed_block`).
+A placement is designed for one 16-bit type, ``float16`` or ``bfloat16`` (:func:`placement`), and either
+type reads it, with recipes of more pieces for the other: a float's fields sit at the bottom of the
+target's exponent and the top of its mantissa, 6 bits below its sign in ``float16`` and 9 in ``bfloat16``
+(``float4_e2m1``: 10 masks and shifts for 8 codes into ``float16`` and 17 into ``bfloat16`` on the
+``float16`` design, 15 and 11 on the ``bfloat16`` one). An integer's magic number takes its code at the same
+places in both types, so integers have one design. Which types have one: :func:`placeable`.
+``pack_weight`` stores the weights of these types this way (:mod:`tilus_tvm.schedules.quantized_weight`),
+and ``cast(..., placement=)`` converts them (:func:`tilus_tvm.instructions.cast_rules.placed_block`).
 
 >>> from tilus_tvm.dtypes import float6_e3m2
 >>> p = placement(float6_e3m2)
 >>> p.words, p.slots, [len(p.recipe(j, "float16").pieces) for j in range(p.slots // 2)]
 (3, 16, [1, 1, 1, 1, 1, 1, 4, 4])
+>>> placement(float6_e3m2).cost("bfloat16"), placement(float6_e3m2, "bfloat16").cost("bfloat16")
+(36, 21)
 """
 from __future__ import annotations
 
@@ -105,11 +111,12 @@ class Recipe:
 class BitPlacement:
     """Where the bits of a block's codes are stored (module docstring). ``source[w][pos]`` is ``(pair, bit)``:
     storage bit ``pos`` (< 16) of word ``w`` holds bit ``bit`` of slot ``2 * pair``, and bit ``pos + 16``
-    the same bit of slot ``2 * pair + 1``."""
+    the same bit of slot ``2 * pair + 1``; ``half``: the 16-bit type the design is for."""
 
     dtype: DataType
     words: int
     source: tuple[tuple[tuple[int, int], ...], ...]
+    half: str = "float16"  # the 16-bit type it was designed for (either reads it)
 
     @property
     def slots(self) -> int:
@@ -216,21 +223,29 @@ class BitPlacement:
         return tuple(tuple(r) for r in runs)
 
 
-@functools.lru_cache(maxsize=None)
-def placement(dtype) -> BitPlacement:
-    """The placement of a :func:`placeable` type, designed for ``float16`` (module docstring).
+def placement(dtype, half: str = "float16") -> BitPlacement:
+    """The placement of a :func:`placeable` type designed for ``half``, ``float16`` or ``bfloat16`` (module
+    docstring; an integer's is the same for both).
 
     Word by word, whole pairs first: a pair goes where its bits need no shift, else at the shift that
     fits the most of the word's remaining pairs (one shift instruction serves them all). The bits left
     free in the block then take the remaining pairs bit by bit, each bit continuing its pair's last
-    piece (same word, same shift) where that is free."""
-    dtype = as_dtype(dtype)
+    piece (same word, same shift) where that is free. Blocks of one word are searched."""
+    dtype, half = as_dtype(dtype), as_dtype(half).name
     if not placeable(dtype):
         raise ValueError(f"placement: {dtype.name} has no bit placement (placeable() is False)")
-    n, half = dtype.nbits, "float16"
+    if half not in ("float16", "bfloat16"):
+        raise ValueError(f"placement: half={half} must be float16 or bfloat16")
+    return _designed(dtype, "float16" if dtype.is_integer else half)
+
+
+@functools.lru_cache(maxsize=None)
+def _designed(dtype: DataType, half: str) -> BitPlacement:
+    """:func:`placement`'s design (arguments checked)."""
+    n = dtype.nbits
     words = n // math.gcd(n, HALF_BITS)
     if words == 1:
-        return _searched_word(dtype)
+        return _searched_word(dtype, half)
     pairs = HALF_BITS * words // n
     source: list = [[None] * HALF_BITS for _ in range(words)]
     shapes = [targets(dtype, half, place) for place in places(dtype, half)]
@@ -286,21 +301,23 @@ def placement(dtype) -> BitPlacement:
             source[spot[0]][spot[1]] = (pair, bit)
             last = (spot[0], spot[1] - t)
         pair += 1
-    return BitPlacement(dtype, words, tuple(tuple(row) for row in source))
+    return BitPlacement(dtype, words, tuple(tuple(row) for row in source), half)
 
 
-SEARCH_NODES = 5_000  # float4_e2m1 reaches its best (10) within these; the proof that it is best takes 20K
+# float4_e2m1 reaches its best within these, 10 for float16 and 11 for bfloat16 (the same with 50K); the proof that
+# 10 is float16's best takes 20K
+SEARCH_NODES = 5_000
 
 
-def _searched_word(dtype: DataType) -> BitPlacement:
-    """A block of one word (4-bit floats: four pairs a word) placed by a search, bounded by its cost: each pair
-    takes a position for each bit; the cost is the pieces (distinct shifts within a pair) plus the distinct
-    nonzero shifts of the word. ``float4_e2m1`` into float16: 10 (two pairs whole at shifts of their own, two
-    split over two shifts they share), where the greedy design of :func:`placement` takes 13."""
+def _searched_word(dtype: DataType, half: str) -> BitPlacement:
+    """A block of one word (4-bit floats: four pairs a word) placed for ``half`` by a search, bounded by its cost:
+    each pair takes a position for each bit; the cost is the pieces (distinct shifts within a pair) plus the
+    distinct nonzero shifts of the word. ``float4_e2m1`` into float16: 10 (two pairs whole at shifts of their own,
+    two split over two shifts they share), where the greedy design of :func:`placement` takes 13."""
     import itertools
 
     n = dtype.nbits
-    goal = targets(dtype, "float16")
+    goal = targets(dtype, half)
     options: dict = {}  # lowest position -> [(mask of positions, pieces, nonzero shifts, positions)]
     for spots in itertools.permutations(range(HALF_BITS), n):
         shifts = [spot - target for spot, target in zip(spots, goal)]
@@ -338,4 +355,4 @@ def _searched_word(dtype: DataType) -> BitPlacement:
     for pair, spots in enumerate(best[1]):
         for bit, spot in enumerate(spots):
             source[spot] = (pair, bit)
-    return BitPlacement(dtype, 1, (tuple(source),))
+    return BitPlacement(dtype, 1, (tuple(source),), half)

@@ -21,11 +21,11 @@ def random_weight(name, k, n, generator):
     return finite[torch.randint(0, len(finite), (k, n), generator=generator)]
 
 
-def check(name, m, k, n, group, zero_points=False, dtype=torch.float16, seed=0, config=None):
+def check(name, m, k, n, group, zero_points=False, dtype=torch.float16, seed=0, config=None, placed_for=None):
     generator = torch.Generator().manual_seed(seed)
     w = random_weight(name, k, n, generator)
     groups = k // (group or k)
-    packed = pack_weight(w.cuda(), name, group).to("cuda")
+    packed = pack_weight(w.cuda(), name, group, activations=placed_for).to("cuda")
     scales = (torch.rand(groups, n, generator=generator) + 0.5).div(math.sqrt(k)).to(dtype).cuda()
     zeros = (torch.rand(groups, n, generator=generator) * 4).round().to(dtype).cuda() if zero_points else None
     a = torch.randn(m, k, generator=generator).to(dtype).cuda()

@@ -93,12 +93,26 @@ def check_group(k: int, group_size: Optional[int]) -> int:
 
 @dataclass(frozen=True)
 class WeightFormat:
-    """How a quantized weight of ``dtype`` [k, n] with ``group_size`` is stored (module docstring)."""
+    """How a quantized weight of ``dtype`` [k, n] with ``group_size`` is stored (module docstring); ``placed_for``:
+    the activations' type (float16 or bfloat16) that a bit-placed float's placement is designed for (any other
+    type: float16, the one design)."""
 
     dtype: DataType
     k: int
     n: int
     group_size: int
+    placed_for: str = "float16"
+
+    def __post_init__(self):
+        half = as_dtype(self.placed_for).name
+        if half not in ("float16", "bfloat16"):
+            raise ScriptError(f"quantized weights: placed_for={half} must be float16 or bfloat16 (the activations' "
+                              f"type)")
+        from tilus_tvm.bit_placement import placeable
+
+        if not (self.dtype.is_float and placeable(self.dtype)):
+            half = "float16"  # (integers and unplaced types are stored the same for both)
+        object.__setattr__(self, "placed_for", half)
 
     @property
     def kt(self) -> int:
@@ -128,7 +142,7 @@ class WeightFormat:
         bits and small floats, :func:`~tilus_tvm.bit_placement.placeable`), or None (dense, or interleaved)."""
         from tilus_tvm.bit_placement import placeable, placement
 
-        return placement(self.dtype) if placeable(self.dtype) else None
+        return placement(self.dtype, self.placed_for) if placeable(self.dtype) else None
 
     @property
     def lane_bytes(self) -> int:
@@ -166,7 +180,8 @@ class WeightFormat:
 
     def describe(self) -> str:
         group = "per channel" if self.per_channel else f"group {self.group_size}"
-        return f"{self.dtype.name} [{self.k}, {self.n}], {group}"
+        placed = ", placed for bfloat16" if self.placed_for == "bfloat16" else ""
+        return f"{self.dtype.name} [{self.k}, {self.n}], {group}{placed}"
 
 
 class QuantizedWeight:
@@ -261,13 +276,17 @@ def _lane_indices(kt: int, units: int, device):
     return tuple(torch.tensor(t, dtype=torch.int64, device=device) for t in _lane_table(kt, units))
 
 
-def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None) -> QuantizedWeight:
+def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activations: Any = None) -> QuantizedWeight:
     """Pack the weight ``w`` [K, N] into the layout :func:`quantized_matmul` loads (module docstring).
 
     ``w`` holds values of ``dtype`` (a torch tensor; other values are rounded to the type as
     ``tilus_tvm.from_torch(w, dtype)`` rounds them) or is a :class:`~tilus_tvm.PackedTensor` of
     ``dtype``. ``group_size``: 32, 64, 128, or None (or K) for one scale per channel; K must be a
-    multiple of it. The result lives on ``w``'s device; packing a large weight is fastest on the GPU.
+    multiple of it. ``activations``: the activations' type the weight will multiply, float16 (None) or
+    bfloat16; floats of at most 7 bits then place their bits for that type's conversion (the other
+    type reads them too, a few instructions slower: ``float4_e2m1`` into bfloat16 takes 11 masks and shifts
+    for 8 codes placed for it, 17 placed for float16). The result lives on ``w``'s device; packing a large
+    weight is fastest on the GPU.
 
     >>> import torch
     >>> w = torch.randint(0, 16, (256, 96)).float()
@@ -290,7 +309,8 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None) -> Quantiz
     if len(shape) != 2:
         raise ScriptError(f"pack_weight: w must be 2-D [K, N] (in_features, out_features), got shape {list(shape)}")
     k, n = shape
-    fmt = WeightFormat(dtype, k, n, check_group(k, group_size))
+    placed_for = "float16" if activations is None else _activations_name(activations)
+    fmt = WeightFormat(dtype, k, n, check_group(k, group_size), placed_for)
     if codes is None:
         codes = lowp.encode(w, dtype)
     kt, units = fmt.kt, fmt.units
@@ -311,6 +331,18 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None) -> Quantiz
     return QuantizedWeight(storage, fmt)
 
 
+def _activations_name(activations: Any) -> str:
+    """``pack_weight``'s ``activations``, checked: "float16" or "bfloat16"."""
+    try:
+        name = as_dtype(activations).name
+    except (ScriptError, TypeError, ValueError):
+        name = None
+    if name not in ("float16", "bfloat16"):
+        raise ScriptError(f"pack_weight: activations={activations!r} must be float16 or bfloat16 (the type of the "
+                          f"activations the weight will multiply), or None for float16")
+    return name
+
+
 def quantize_weight(w: Any, dtype: Any, group_size: Optional[int] = None, zero_points: bool = False,
                     scale_dtype: Any = None):
     """Quantize a float weight ``w`` [K, N]: ``(QuantizedWeight, scales, zeros)``, ``zeros`` None without
@@ -320,7 +352,8 @@ def quantize_weight(w: Any, dtype: Any, group_size: Optional[int] = None, zero_p
     (unsigned types then lose negative weights). With them (integer types), the group's range
     ``[min, max]`` maps onto all codes: ``s = (max - min) / (2**bits - 1)`` and a float zero point
     ``z = qmin - min / s`` (``qmin`` the smallest code value). Scales and zeros are ``scale_dtype``
-    (default: w's dtype if float16/bfloat16, else float16) of shape [K / g, N].
+    (default: w's dtype if float16/bfloat16, else float16) of shape [K / g, N]; as :func:`quantized_matmul`
+    wants them in the activations' type, bfloat16 scales pack the weight for bfloat16 activations.
 
     >>> import torch
     >>> qw, s, z = quantize_weight(torch.randn(256, 64), "uint4b", 128, zero_points=True)   # doctest: +SKIP
@@ -349,7 +382,8 @@ def quantize_weight(w: Any, dtype: Any, group_size: Optional[int] = None, zero_p
         quantized = grouped / scales[:, None]
     scales = scales.to(scale_dtype)
     zeros = None if zeros is None else zeros.to(scale_dtype)
-    packed = pack_weight(quantized.reshape(k, n), dtype, group)
+    activations = "bfloat16" if scales.dtype == torch.bfloat16 else None
+    packed = pack_weight(quantized.reshape(k, n), dtype, group, activations=activations)
     return packed, scales, zeros
 
 

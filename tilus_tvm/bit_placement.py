@@ -47,6 +47,7 @@ from tilus_tvm.dtypes import DataType, as_dtype
 from tilus_tvm.lowp import float_family, is_low_precision
 
 HALF_BITS = 16
+HALVES = ("float16", "bfloat16")  # the 16-bit types a placement is designed for and read into
 
 
 def power_of_two(value) -> bool:
@@ -234,7 +235,7 @@ def placement(dtype, half: str = "float16") -> BitPlacement:
     dtype, half = as_dtype(dtype), as_dtype(half).name
     if not placeable(dtype):
         raise ValueError(f"placement: {dtype.name} has no bit placement (placeable() is False)")
-    if half not in ("float16", "bfloat16"):
+    if half not in HALVES:
         raise ValueError(f"placement: half={half} must be float16 or bfloat16")
     return _designed(dtype, "float16" if dtype.is_integer else half)
 

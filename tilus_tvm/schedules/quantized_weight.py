@@ -104,12 +104,12 @@ class WeightFormat:
     placed_for: str = "float16"
 
     def __post_init__(self):
+        from tilus_tvm.bit_placement import HALVES, placeable
+
         half = as_dtype(self.placed_for).name
-        if half not in ("float16", "bfloat16"):
+        if half not in HALVES:
             raise ScriptError(f"quantized weights: placed_for={half} must be float16 or bfloat16 (the activations' "
                               f"type)")
-        from tilus_tvm.bit_placement import placeable
-
         if not (self.dtype.is_float and placeable(self.dtype)):
             half = "float16"  # (integers and unplaced types are stored the same for both)
         object.__setattr__(self, "placed_for", half)
@@ -333,11 +333,13 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activation
 
 def _activations_name(activations: Any) -> str:
     """``pack_weight``'s ``activations``, checked: "float16" or "bfloat16"."""
+    from tilus_tvm.bit_placement import HALVES
+
     try:
         name = as_dtype(activations).name
     except (ScriptError, TypeError, ValueError):
         name = None
-    if name not in ("float16", "bfloat16"):
+    if name not in HALVES:
         raise ScriptError(f"pack_weight: activations={activations!r} must be float16 or bfloat16 (the type of the "
                           f"activations the weight will multiply), or None for float16")
     return name

@@ -71,6 +71,6 @@ if [[ $what == all || $what == benches ]]; then
 fi
 
 for log in "$LOGS"/*.txt; do
-  printf '%-28s %s\n' "$(basename "$log" .txt)" "$(tr '\r' '\n' < "$log" | grep -E 'passed|failed|error|ERROR SUMMARY' | tail -1)"
+  printf '%-28s %s\n' "$(basename "$log" .txt)" "$(tr '\r' '\n' < "$log" | grep -E 'passed|failed|FAILED|error|ERROR SUMMARY' | tail -1)"
 done
 if [[ -n ${OUT:-} ]]; then tar czf "$OUT/gpu_logs.tar.gz" -C "$LOGS" .; fi

@@ -1,5 +1,5 @@
 """Test configuration: `gpu`-marked tests are skipped where no CUDA device is present; ``-n auto``
-(pytest-xdist) starts one worker per core this process may use."""
+(pytest-xdist) starts one worker per core this process may use; a failing test is named as it fails."""
 import functools
 import os
 
@@ -34,3 +34,23 @@ def pytest_xdist_auto_num_workers(config):
     from tilus_tvm.utils.cores import available_cores
 
     return available_cores()
+
+
+_CONFIG: list = []  # pytest's config, once configured
+
+
+def pytest_configure(config):
+    _CONFIG[:] = [config]
+
+
+def pytest_runtest_logreport(report):
+    """Name a failing test the moment it fails, with its error's message: a run killed at its time limit
+    (``scripts/gpu_check.sh`` gives each group of GPU tests one) prints no summary, and its dots alone do not
+    say which test failed. The summary at the end lists it again."""
+    terminal = _CONFIG[0].pluginmanager.get_plugin("terminalreporter") if _CONFIG else None
+    if not report.failed or terminal is None:
+        return
+    lines = [line for line in report.longreprtext.splitlines() if line.strip()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]  # (the first: the exception's message)
+    message = errors[0] if errors else lines[-1].strip() if lines else ""
+    terminal.write_line(f"\nFAILED {report.nodeid} ({report.when}): {message}"[:300])

@@ -1317,7 +1317,9 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
 
     ``w[k, n] = (value(q[k, n]) - zeros[k // g, n]) * scales[k // g, n]``; ``scales`` (and ``zeros``)
     are [K / g, N] tensors of a's dtype. ``dtype`` / ``group_size``, when given, are checked against
-    what the weight was packed for. ``out`` ([..., N], a's dtype, contiguous) receives the result.
+    what the weight was packed for. Small floats (fp4, fp6, ...) convert in fewest instructions when
+    packed for a's dtype (``pack_weight(..., activations=)``); either packing gives the same result.
+    ``out`` ([..., N], a's dtype, contiguous) receives the result.
     ``config`` (a :class:`Config`) overrides the kernel configuration :func:`choose_config` picks.
     ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) takes the block's tile from the
     tuning database instead (the first call of a key -- the weight format, dtypes, the GPU, M rounded

@@ -29,10 +29,11 @@ def random_values(dtype, k, n, generator=None):
 
 @pytest.mark.parametrize("name", WEIGHT_TYPES)
 @pytest.mark.parametrize("k,n,group", [(256, 96, 128), (64, 40, 32), (96, 17, None), (128, 33, 64)])
-def test_pack_weight_round_trip(name, k, n, group):
+@pytest.mark.parametrize("activations", [None, "bfloat16"])
+def test_pack_weight_round_trip(name, k, n, group, activations):
     dtype = dtypes.as_dtype(name)
     w = random_values(dtype, k, n)
-    packed = pack_weight(w, dtype, group)
+    packed = pack_weight(w, dtype, group, activations=activations)
     fmt = packed.format
     assert packed.storage.dtype == torch.int32 and tuple(packed.storage.shape) == fmt.storage_shape
     assert fmt.lane_bytes % 4 == 0 and fmt.vector_bytes in (4, 8, 16)

@@ -18,9 +18,8 @@ One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16
 weight type (group 128 scales unless ``--group``, float16 activations unless ``--bfloat16``, small floats packed
 for the activations' type): our time, the *bandwidth floor* (bytes the kernel must read and write -- packed
 weights, scales, activations, output -- divided by the device-to-device copy bandwidth measured in this run), our
-share of it (floor / ours: 100% = at copy speed),
-and the speed-up over torch.matmul. The last column is a published W4A16 kernel where the GPU host's Python has
-one: PyTorch's own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations, the same group),
+share of it (floor / ours: 100% = at copy speed), and the speed-up over torch.matmul. The last column is a published
+W4A16 kernel where the GPU host's Python has one: PyTorch's own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations, the same group),
 on the u4 rows; the packages with Triton W4A16 kernels that were looked for (gemlite, torchao, vllm, auto_gptq) are
 reported as found or not. Every kernel is checked against a dequantise-then-matmul reference on the first
 columns before it is timed; timings are medians of CUDA-event times of the call captured in a CUDA graph and
@@ -64,7 +63,6 @@ SPLIT_REDUCE = None  # --split-reduce: how the table's split-K partial sums are 
 WEIGHT_STAGES = 0  # --weight-stages: the decode rows' TMA ring of weights (0: none)
 NO_TMA_ACTIVATIONS = False  # --no-tma-activations: the wgmma rows' activations by cp.async
 ZERO_POINTS = False  # --zero-points: integer weights have a zero point a group (as AWQ's), floats none
-TORCH_ROW = "float16 torch"  # the reference's row label
 ACTIVATIONS = torch.float16  # --bfloat16: activations, scales, zero points and torch.matmul's weights in bfloat16
 # the table's wgmma rows (from 49 rows) exist on an sm_90a GPU only: quantized_matmul() picks them there
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -95,6 +93,11 @@ def timed(fn, repeat: int = 30, warmup: int = 3) -> float:
             graph.replay()
         torch.cuda.synchronize()
     return min(benchmark_func(graph.replay, warmup=1, repeat=repeat) for _ in range(ROUNDS)) * 1e3
+
+
+def torch_row() -> str:
+    """The reference's row label: torch.matmul on weights of the activations' type."""
+    return f"{dtypes.as_dtype(ACTIVATIONS).name} torch"
 
 
 def copy_bandwidth() -> float:
@@ -246,7 +249,7 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
     for m, k, n in shapes:
         t_torch, t_tiny = baseline[(m, k, n)]
         shape = f"{m}x{k}x{n}"
-        print(f"{shape:<18}{TORCH_ROW:<14}{m * k * 2e-6 + k * n * 2e-6 + m * n * 2e-6:9.1f}{'':>10}"
+        print(f"{shape:<18}{torch_row():<14}{m * k * 2e-6 + k * n * 2e-6 + m * n * 2e-6:9.1f}{'':>10}"
               f"{t_torch:10.1f}{'':>10}{'1.00x':>10}")
         if t_tiny is not None:
             print(f"{'':<18}{'u4 tinygemm':<14}{'':>9}{'':>10}{t_tiny:10.1f}{'':>10}{t_torch / t_tiny:9.2f}x"
@@ -276,7 +279,7 @@ def alternate(shapes, types, rounds: int):
     for m, k, n in shapes:
         a = torch.randn(m, k, device="cuda").to(ACTIVATIONS)
         w16 = torch.randn(k, n, device="cuda").to(ACTIVATIONS)
-        calls = {TORCH_ROW: (lambda: torch.matmul(a, w16), "")}
+        calls = {torch_row(): (lambda: torch.matmul(a, w16), "")}
         kept = []  # the weights and outputs the calls use
         for name in types:
             weights = Weights(name, k, n)
@@ -296,8 +299,8 @@ def alternate(shapes, types, rounds: int):
         shape = f"{m}x{k}x{n}"
         for name, (_, config) in calls.items():
             t = sorted(times[name])
-            ratios = sorted(t_torch / t_ours for t_torch, t_ours in zip(times[TORCH_ROW], times[name]))
-            ratio_text = "" if name == TORCH_ROW else f"{ratios[0]:.2f}x - {ratios[-1]:.2f}x"
+            ratios = sorted(t_torch / t_ours for t_torch, t_ours in zip(times[torch_row()], times[name]))
+            ratio_text = "" if name == torch_row() else f"{ratios[0]:.2f}x - {ratios[-1]:.2f}x"
             print(f"{shape:<18}{name:<16}{t[0]:9.1f}{t[len(t) // 2]:11.1f}{t[-1]:9.1f}{ratio_text:>24}  {config}")
             shape = ""
         del a, w16, calls, kept
@@ -384,10 +387,10 @@ def main():
                         help="time torch.matmul and ours in turn, ROUNDS times each, at --shapes (default: the "
                              "prefill shapes) for --types (default: uint4b,float8_e4m3), instead of the table")
     args = parser.parse_args()
-    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP, ZERO_POINTS, ACTIVATIONS, TORCH_ROW
+    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP, ZERO_POINTS, ACTIVATIONS
     SPLIT_REDUCE = args.split_reduce
     if args.bfloat16:
-        ACTIVATIONS, TORCH_ROW = torch.bfloat16, "bfloat16 torch"
+        ACTIVATIONS = torch.bfloat16
     ZERO_POINTS = args.zero_points
     GROUP = args.group
     WEIGHT_STAGES = args.weight_stages
@@ -402,7 +405,7 @@ def main():
           f"Triton W4A16 packages importable: "
           f"{triton_packages()}")
     print("# goals: u4 g128 1x8192x28672 <= 46 us; every width 2-8 bits >= 80% of its floor; batch 64-256 >= "
-          f"torch.matmul {TORCH_ROW.split()[0]} (vs torch >= 1.00x; the issue's goals are for float16)")
+          f"torch.matmul {dtypes.as_dtype(ACTIVATIONS).name} (vs torch >= 1.00x; the issue's goals are for float16)")
     if args.alternate:
         alternate(parse_shapes(args.shapes) if args.shapes else PREFILL, (args.types or "uint4b,float8_e4m3").split(","),
                   args.alternate)

@@ -43,9 +43,9 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tilus_tvm import dtypes, lowp  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
-from tilus_tvm.schedules.quantized_matmul import (WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL,  # noqa: E402
-                                                  WGMMA_THREE_GROUPS, Config,
-                                                  choose_config, fit_units, pack_weight, quantized_matmul)
+from tilus_tvm.schedules.quantized_configs import (WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL,  # noqa: E402
+                                                   WGMMA_THREE_GROUPS, Config, choose_config, fit_units)
+from tilus_tvm.schedules.quantized_matmul import pack_weight, quantized_matmul  # noqa: E402
 
 TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "int5b", "uint6b", "uint7b", "uint8", "float8_e4m3", "float6_e3m2",
          "float6_e2m3", "float4_e2m1"]  # every width from 2 to 8 bits

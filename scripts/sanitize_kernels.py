@@ -171,7 +171,7 @@ def quantized_kernels(cuda):
             # the sm_90a decode rows: weights through a TMA ring of 3 stages released by the warps, register
             # queues in fixed slots of the unrolled k-loop; K of 8 or 16 steps split in two (each stage reused);
             # at group 64 the 3-bit ring's stages (1536 bytes) are not multiples of 1024 (unswizzled)
-            from tilus_tvm.schedules.quantized_matmul import HOPPER_CONFIGS, IN_BLOCK_SPLIT
+            from tilus_tvm.schedules.quantized_configs import HOPPER_CONFIGS, IN_BLOCK_SPLIT
             tiles = []
             for row in dict.fromkeys(row[2] for row in HOPPER_CONFIGS):  # (rows that share a tile: once)
                 config = replace(row, split_k=2)
@@ -199,7 +199,7 @@ def quantized_kernels(cuda):
             # three warpgroups of 64 channels (192: the 130 channels of one block, most of its lanes masked); the
             # 64-row tile with two k-steps of weights in flight, moved up by copies or in fixed slots (a grid short of
             # the SMs takes them for some types)
-            from tilus_tvm.schedules.quantized_matmul import WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_THREE_GROUPS
+            from tilus_tvm.schedules.quantized_configs import WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_THREE_GROUPS
 
             released = Config(warps=8, units_per_warp=2, block_m=128, stage_activations=True, stages=3,
                               scale_weights=True, warpgroup_mma=True, release_barriers=True)

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from tilus_tvm import dtypes, lowp
-from tilus_tvm.schedules.quantized_matmul import (HOPPER_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL, WGMMA_THREE_GROUPS, Config,
-                                                  WeightFormat, choose_config, pack_weight, quantized_matmul)
-from tilus_tvm.schedules.quantized_weight import dequantize
+from tilus_tvm.schedules.quantized_configs import (HOPPER_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL, WGMMA_THREE_GROUPS,
+                                                   Config, choose_config)
+from tilus_tvm.schedules.quantized_matmul import pack_weight, quantized_matmul
+from tilus_tvm.schedules.quantized_weight import WeightFormat, dequantize
 
 pytestmark = pytest.mark.gpu
 

@@ -217,7 +217,8 @@ def rewrite_dequantize_matmul(context: DispatchContext, call: Any) -> Any:
 
     from tilus_tvm.errors import ScriptError
     from tilus_tvm.relax.quantized import format_of
-    from tilus_tvm.schedules.quantized_matmul import choose_config, kernel_for
+    from tilus_tvm.schedules.quantized_configs import choose_config
+    from tilus_tvm.schedules.quantized_matmul import kernel_for
     from tilus_tvm.schedules.quantized_weight import check_group, check_weight_dtype
 
     a, b = call.args

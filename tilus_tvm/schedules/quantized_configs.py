@@ -28,7 +28,8 @@ __all__ = ["Config", "choose_config", "fit_units"]
 
 @dataclass(frozen=True)
 class Config:
-    """A :class:`QuantizedMatmul` configuration (its keyword arguments after ``zero_points``)."""
+    """A :class:`~tilus_tvm.schedules.quantized_matmul.QuantizedMatmul` configuration (its keyword arguments after
+    ``zero_points``)."""
 
     warps: int = 4
     units_per_warp: int = 2

@@ -247,9 +247,15 @@ def times_fusable(source: DataType, target: DataType, placement: Any = None) -> 
         return False
     if placement is not None:
         return source.is_float or not source.signed
-    if source.name == "uint8" or rules.byte_float_supported(source, target.name):
+    if _fused_bytes(source, target):
         return True
     return rules.interleavable(source) and not source.signed
+
+
+def _fused_bytes(source: DataType, target: DataType) -> bool:
+    """Whether 8-bit codes of ``source`` convert into ``target`` by a byte-pair rule that takes a scale into its fma
+    (``_emit_fused_bytes``): ``uint8``, and 8-bit floats into bfloat16."""
+    return source.name == "uint8" or rules.byte_float_supported(source, target.name)
 
 
 def _fused_form(inst: ir.Cast) -> Optional[str]:
@@ -263,7 +269,7 @@ def _fused_form(inst: ir.Cast) -> Optional[str]:
     if inst.placement is not None:
         return "placed" if inst.minus is None and inst.scale == 1.0 and times_fusable(source, target, inst.placement) \
             else None
-    if source.name == "uint8" or rules.byte_float_supported(source, target.name):
+    if _fused_bytes(source, target):
         return "bytes" if inst.minus is None and inst.x.layout == inst.output.layout else None
     if not is_packed(source) or not rules.interleavable(source) or inst.x.layout == inst.output.layout:
         return None

@@ -62,6 +62,7 @@ WARM_SECONDS = 0.2  # the call replays this long before it is timed
 SPLIT_REDUCE = None  # --split-reduce: how the table's split-K partial sums are added up (None: as it says)
 WEIGHT_STAGES = 0  # --weight-stages: the decode rows' TMA ring of weights (0: none)
 NO_TMA_ACTIVATIONS = False  # --no-tma-activations: the wgmma rows' activations by cp.async
+K_TILE = None  # --k-tile: pack_weight's k_tile (None: granule-major storage)
 ZERO_POINTS = False  # --zero-points: integer weights have a zero point a group (as AWQ's), floats none
 ACTIVATIONS = torch.float16  # --bfloat16: activations, scales, zero points and torch.matmul's weights in bfloat16
 # the table's wgmma rows (from 49 rows) exist on an sm_90a GPU only: quantized_matmul() picks them there
@@ -117,7 +118,7 @@ class Weights:
         finite = torch.tensor([v for v in lowp.all_values(dtype) if math.isfinite(v)], dtype=torch.float32,
                               device="cuda")
         self.values = finite[torch.randint(0, len(finite), (k, n), device="cuda")]
-        self.packed = pack_weight(self.values, dtype, GROUP, activations=ACTIVATIONS)  # (small floats: placed for it)
+        self.packed = pack_weight(self.values, dtype, GROUP, activations=ACTIVATIONS, k_tile=K_TILE)  # (small floats: placed for it)
         self.scales = ((torch.rand(k // GROUP, n, device="cuda") + 0.5) / math.sqrt(k)).to(ACTIVATIONS)
         self.zeros = None
         if ZERO_POINTS and dtype.is_integer:
@@ -380,6 +381,9 @@ def main():
                              "weights (default: float16)")
     parser.add_argument("--group", type=int, choices=[32, 64, 128], default=128,
                         help="the weights' group size (their scales' and tinygemm's)")
+    parser.add_argument("--k-tile", type=int, choices=[2, 4, 8], default=None,
+                        help="pack the weights with their k-steps in tiles of this many (pack_weight's k_tile: "
+                             "faster decode, slower wgmma batches that split K; default: granule-major storage)")
     parser.add_argument("--split-reduce", choices=["kernel", "serial"], default=None,
                         help="split-K partial sums added by a second kernel (SplitKSum) or in the kernel, by the "
                              "last split to arrive (default: as the table says: serial for decode, kernel for wgmma)")
@@ -387,8 +391,9 @@ def main():
                         help="time torch.matmul and ours in turn, ROUNDS times each, at --shapes (default: the "
                              "prefill shapes) for --types (default: uint4b,float8_e4m3), instead of the table")
     args = parser.parse_args()
-    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP, ZERO_POINTS, ACTIVATIONS
+    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP, ZERO_POINTS, ACTIVATIONS, K_TILE
     SPLIT_REDUCE = args.split_reduce
+    K_TILE = args.k_tile
     if args.bfloat16:
         ACTIVATIONS = torch.bfloat16
     ZERO_POINTS = args.zero_points
@@ -400,6 +405,7 @@ def main():
     bandwidth = copy_bandwidth()
     print(f"# {props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}; copy bandwidth "
           f"{bandwidth / 1e6:.2f} TB/s; weights in groups of {GROUP}"
+          f"{f', k-steps in tiles of {K_TILE}' if K_TILE else ''}"
           f"{' with zero points (integer types)' if ZERO_POINTS else ''}; "
           f"{dtypes.as_dtype(ACTIVATIONS).name} activations; "
           f"Triton W4A16 packages importable: "

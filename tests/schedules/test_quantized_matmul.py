@@ -41,6 +41,27 @@ def test_pack_weight_round_trip(name, k, n, group, activations):
     assert packed.storage.numel() * 4 == math.ceil(n / (16 * fmt.units)) * 16 * fmt.units * k * dtype.nbits // 8
 
 
+@pytest.mark.parametrize("name", ["uint4b", "int5b", "uint2b", "float6_e3m2", "uint8", "uint1b"])
+@pytest.mark.parametrize("k_tile", [2, 4, 8])
+def test_k_steps_in_tiles_round_trip(name, k_tile):
+    """pack_weight(k_tile=T) stores [tiles, granules, T, chunks, 32, V/4], the k-steps padded with code 0 to whole
+    tiles: tile j of granule g holds the words of its k-steps j*T .. j*T + T - 1 that granule-major storage holds."""
+    dtype = dtypes.as_dtype(name)
+    w = random_values(dtype, 384, 40)  # (3 k-steps of 128 inputs, or 6 of 64: not whole tiles of 4 or 8)
+    plain, tiled = pack_weight(w, dtype, 128), pack_weight(w, dtype, 128, k_tile=k_tile)
+    fmt = tiled.format
+    steps, tiles = fmt.steps, -(-fmt.steps // k_tile)
+    assert fmt.k_tile == k_tile and fmt != plain.format and "k-steps in tiles of" in fmt.describe()
+    assert tuple(tiled.storage.shape) == fmt.storage_shape == (tiles, fmt.granules, k_tile) + plain.format.storage_shape[2:]
+    assert torch.equal(tiled.codes(), plain.codes()) and torch.equal(tiled.codes(), lowp.encode(w, dtype))
+    as_granules = tiled.storage.transpose(0, 1).reshape(fmt.granules, tiles * k_tile, *plain.storage.shape[2:])
+    assert torch.equal(as_granules[:, :steps], plain.storage) and not as_granules[:, steps:].any()
+    strides = fmt.view_strides  # [granules, tiles, T, ...] into the storage
+    assert strides[:3] == [math.prod(fmt.storage_shape[2:]), math.prod(fmt.storage_shape[1:]), math.prod(fmt.storage_shape[3:])]
+    with pytest.raises(ScriptError, match="k_tile=3 must be 0"):
+        pack_weight(w, dtype, 128, k_tile=3)
+
+
 def test_a_k_step_spans_whole_groups():
     """A k-step is the largest of 128, 64, 32 inputs dividing K and made of whole groups (at most 64 inputs or one
     group for weights wider than 4 bits): small groups share a step, their scales each on its own columns."""
@@ -322,6 +343,34 @@ def test_k_split_over_groups_of_warps():
             QuantizedMatmul(fmt, **kwargs)
     with pytest.raises(ScriptError, match="multiple of k_groups"):  # 3 k-steps
         QuantizedMatmul(WeightFormat(dtypes.uint4b, 384, 512, 128), k_groups=2, weight_stages=3)
+    tiled = WeightFormat(dtypes.uint4b, 8192, 512, 128, k_tile=2)  # a stage of 4 k-steps would span two tiles
+    with pytest.raises(ScriptError, match="tile of the weight's storage, which holds 2"):
+        QuantizedMatmul(tiled, warps=4, k_groups=4, weight_stages=3)
+    QuantizedMatmul(replace(tiled, k_tile=4), warps=4, k_groups=4, weight_stages=3)
+
+
+@pytest.mark.parametrize("name,m,k,n,wgmma,path", [
+    ("uint4b", 1, 8192, 28672, True, "bulk.tensor.5d"),  # the TMA ring, a stage of two k-steps (k_groups=2)
+    ("uint4b", 1, 4096, 11008, True, "bulk.tensor.5d"),  # the TMA ring, one k-step a stage, K split in 4
+    ("uint4b", 1, 8192, 28672, False, "cp.async.cg"),  # the per-thread cp.async ring
+    ("uint2b", 1, 8192, 28672, False, "ld.global"),  # straight to registers
+    ("uint4b", 128, 28672, 8192, True, "wgmma.mma_async"),  # wgmma, K split in 3 (split 1 starts at k-step 74)
+])
+def test_weights_in_tiles_of_k_steps_take_every_load_path(name, m, k, n, wgmma, path):
+    """With pack_weight(k_tile=2), the kernel views the storage granule first, [granules, tiles, 2, ...], and every
+    way of loading the weights reads k-step s at tile s // 2, place s % 2 (the TMA ring's stages are boxes of a 5-d
+    tensor map, [tiles, granules, 2, chunks, 32 x words])."""
+    fmt = WeightFormat(dtypes.as_dtype(name), k, n, 128, k_tile=2)
+    config = choose_config(m, fmt, 132, wgmma=wgmma)
+    target = "sm_90a" if wgmma else "sm_80"
+    kernel, compiled = compile_kernel(fmt, m, config, target=target)
+    shape = fmt.storage_shape
+    program = str(kernel.tile_program(m, meta(m, k), meta(*shape, dtype=torch.int32), meta(k // 128, n),
+                                      meta(k // 128, n), meta(m, n), meta(config.split_k, m, n, dtype=torch.float32),
+                                      target=target))
+    view = f"int32[{shape[1]}, (end + 2 - 1) // 2, 2, {shape[3]}, 32, {shape[5]}] strides={fmt.view_strides}"
+    assert view in program
+    assert path in ptx(compiled, target)
 
 
 def test_grids_short_of_the_sms_take_the_short_grid_ring():

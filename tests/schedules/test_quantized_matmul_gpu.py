@@ -22,11 +22,12 @@ def random_weight(name, k, n, generator):
     return finite[torch.randint(0, len(finite), (k, n), generator=generator)]
 
 
-def check(name, m, k, n, group, zero_points=False, dtype=torch.float16, seed=0, config=None, placed_for=None):
+def check(name, m, k, n, group, zero_points=False, dtype=torch.float16, seed=0, config=None, placed_for=None,
+          k_tile=None):
     generator = torch.Generator().manual_seed(seed)
     w = random_weight(name, k, n, generator)
     groups = k // (group or k)
-    packed = pack_weight(w.cuda(), name, group, activations=placed_for).to("cuda")
+    packed = pack_weight(w.cuda(), name, group, activations=placed_for, k_tile=k_tile).to("cuda")
     scales = (torch.rand(groups, n, generator=generator) + 0.5).div(math.sqrt(k)).to(dtype).cuda()
     zeros = (torch.rand(groups, n, generator=generator) * 4).round().to(dtype).cuda() if zero_points else None
     a = torch.randn(m, k, generator=generator).to(dtype).cuda()
@@ -409,3 +410,38 @@ def test_scales_taken_into_the_conversion(name, dtype, kind):
     assert torch.equal(outs[0], outs[1]), (name, dtype, kind)
     reference = a.float() @ dequantize(packed, scales)
     torch.testing.assert_close(outs[0].float(), reference, rtol=2e-2, atol=2e-2 * reference.abs().max().item())
+
+
+_TMA_RING = {"block_m": 8, "prefetch": 2, "weight_stages": 3, "release_barriers": True, "fixed_slots": True}
+
+
+@pytest.mark.parametrize("name,m,k,n,group,zero_points,dtype,k_tile,overrides", [
+    # the table's rows (no overrides), K not a whole number of tiles
+    ("uint4b", 1, 11 * 128, 512, 128, False, torch.float16, 2, None),
+    ("int5b", 3, 21 * 64, 264, 64, True, torch.bfloat16, 4, None),
+    ("uint3b", 8, 9 * 128, 520, 128, False, torch.float16, 8, None),
+    ("uint2b", 1, 2048, 264, 32, True, torch.float16, 2, None),
+    ("uint8", 2, 10 * 128, 300, 128, False, torch.float16, 4, None),
+    ("float6_e3m2", 16, 1024, 300, None, False, torch.float16, 4, None),
+    ("float4_e2m1", 12, 2048, 512, 128, False, torch.float16, 2, None),
+    ("uint4b", 130, 1024, 456, 128, True, torch.float16, 2, None),  # wgmma
+    ("float8_e4m3", 200, 15 * 128, 200, 128, False, torch.bfloat16, 8, None),
+    # each load path, with splits that start inside a tile
+    ("uint4b", 1, 11 * 128, 264, 128, False, torch.float16, 2, {"split_k": 3, "prefetch": 2}),  # registers
+    ("uint4b", 2, 11 * 128, 264, 128, False, torch.float16, 4, {"split_k": 4, "prefetch": 2, "fixed_slots": True,
+                                                                "split_reduce": "kernel"}),
+    ("uint3b", 1, 13 * 128, 264, 128, False, torch.float16, 4, {"split_k": 4, "units_per_warp": 1,
+                                                                "weight_ring": 4}),  # the cp.async ring
+    ("uint4b", 1, 11 * 128, 264, 128, False, torch.float16, 2, {"split_k": 3, **_TMA_RING}),  # TMA, a k-step a stage
+    ("uint4b", 8, 2048, 512, 128, False, torch.float16, 2, {**_TMA_RING, "k_groups": 2}),  # TMA, two a stage
+    ("float6_e3m2", 5, 2048, 512, 64, False, torch.float16, 4, {**_TMA_RING, "k_groups": 4}),  # four a stage
+    ("uint4b", 16, 2048, 512, 128, False, torch.float16, 8, {**_TMA_RING, "block_m": 16, "stage_activations": True,
+                                                             "stages": 2, "prefetch": 1, "k_groups": 2})])
+def test_weights_in_tiles_of_k_steps(name, m, k, n, group, zero_points, dtype, k_tile, overrides):
+    """pack_weight(k_tile=T): the table's rows and each load path (registers, the cp.async ring, the TMA ring of one,
+    two or four k-steps a stage, wgmma) read k-step s at tile s // T, place s % T, against torch, twice."""
+    if overrides and overrides.get("weight_stages") and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs sm_90")
+    config = Config(**{"block_m": 8 if m <= 8 else 16, **overrides}) if overrides else None
+    for seed in (0, 1):
+        check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, seed=seed, config=config, k_tile=k_tile)

@@ -328,6 +328,10 @@ class QuantizedMatmul(tilus.Script):
             if not self.weight_stages or self.warpgroup_mma:
                 raise ScriptError(f"QuantizedMatmul: k_groups={k_groups} needs the TMA ring of weights (weight_stages) "
                                   f"and mma.sync (no warpgroup_mma)")
+            if fmt.k_tile % k_groups:
+                raise ScriptError(f"QuantizedMatmul: k_groups={k_groups} takes a stage of {k_groups} k-steps from one "
+                                  f"tile of the weight's storage, which holds {fmt.k_tile} ({fmt.describe()}): pack "
+                                  f"it with a k_tile that k_groups divides, or take fewer groups")
             if steps % split_k or steps // split_k % k_groups:
                 raise ScriptError(f"QuantizedMatmul: k_groups={k_groups} needs every split's k-steps to be a multiple "
                                   f"of k_groups: {steps} k-steps of {fmt.kt} inputs split in {split_k}")
@@ -388,7 +392,12 @@ class QuantizedMatmul(tilus.Script):
         # views that end with the split: the loads ahead of its last step are masked, not wasted
         shape = list(fmt.storage_shape)
         # the view ends with the split, but steps through the whole weight: the storage's strides
-        gw = self.global_view(w_ptr, dtype=int32, shape=[shape[0], end] + shape[2:], strides=fmt.storage_strides)
+        if fmt.k_tile:  # granule first, [granules, tiles, T, ...] (step s: tile s // T, place s % T), to the split's tile
+            tile = fmt.k_tile
+            gw = self.global_view(w_ptr, dtype=int32, shape=[shape[1], (end + tile - 1) // tile] + shape[2:],
+                                  strides=fmt.view_strides)
+        else:
+            gw = self.global_view(w_ptr, dtype=int32, shape=[shape[0], end] + shape[2:], strides=fmt.storage_strides)
         ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, end * kt], strides=[fmt.k, 1])
         gs = self.global_view(s_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])  # s^T
         gz = self.global_view(z_ptr, dtype=dtype, shape=[fmt.n, fmt.groups], strides=[1, fmt.n])
@@ -420,8 +429,8 @@ class QuantizedMatmul(tilus.Script):
         if ring:  # each thread's own words of a k-step, in the order of `words`: its loads read them back
             sring = self.shared_tensor(dtype=int32, shape=[ring] + list(words.shape))
             for j in range(ring - 1):  # (with staged activations, one group a step holds both)
-                self.copy_async(src=gw, dst=sring[j], offsets=[granule0, first + j, 0, 0, 0], dims=[0, 2, 3, 4],
-                                layout=words)
+                offsets, dims = self.word_offsets(granule0, first + j)
+                self.copy_async(src=gw, dst=sring[j], offsets=offsets, dims=dims, layout=words)
                 if self.stage_activations:
                     self.stage_activation_tile(ga, sx, j, m0, first + j, chunk)
                 self.copy_async_commit_group()
@@ -446,12 +455,14 @@ class QuantizedMatmul(tilus.Script):
         if wst:
             granules, chunks, vector = words.shape[0], words.shape[-3], words.shape[-1]
             # the storage with each chunk's lanes and words as one row: TMA's innermost box of 16-byte multiples
-            gw_tma = self.global_view(w_ptr, dtype=int32, shape=[shape[0], shape[1], shape[2], 32 * vector])
+            gw_tma = self.global_view(w_ptr, dtype=int32, shape=shape[:-2] + [32 * vector])
             # row-major, unswizzled: a warp reads each row of a stage whole, so no swizzle is needed against bank
             # conflicts, and TMA's unswizzled stages start on 128-byte boundaries where its 128-byte swizzle's need
             # 1024 (the k-steps of int5b at group 32, u3 and u7 at group 64 are not multiples of 1024 bytes)
             stage = [granules] + lead + [chunks, 32 * vector]  # (kg k-steps of a granule in a row, as stored)
             box_dims = [0, 1, 2, 3] if kg > 1 else [0, 2, 3]  # (the storage's dimensions a stage keeps)
+            if fmt.k_tile:  # [tiles, granules, T, chunks, 32 x words]: a stage's kg k-steps lie in one tile
+                box_dims = [1, 2, 3, 4] if kg > 1 else [1, 3, 4]
             sw = self.shared_tensor(dtype=int32, shape=[wst] + stage, layout=shared_row_major(wst, *stage))
             wbars = self.shared_tensor(dtype=uint64, shape=[wst])
             self.mbarrier_init(wbars, arrivals=1)
@@ -460,7 +471,7 @@ class QuantizedMatmul(tilus.Script):
                 self.mbarrier_init(wfree, arrivals=warps * kg)
             for j in range(wst - 1):
                 if j < steps:
-                    self.tma_load(src=gw_tma, dst=sw[j], offsets=[granule0, first + j * kg, 0, 0],
+                    self.tma_load(src=gw_tma, dst=sw[j], offsets=self.stage_offsets(granule0, first + j * kg),
                                   dims=box_dims, barrier=wbars[j])
         # Register queues (queue_depths). With fixed_slots, slot `i % depth` of a queue holds step i's registers
         # and is refilled with step i + depth's as soon as step i has used it; the k-loop is unrolled by `unroll`
@@ -501,15 +512,16 @@ class QuantizedMatmul(tilus.Script):
                             after = (wfree[(i + wst - 1) % wst], ((i + wst - 1) // wst + 1) % 2) \
                                 if self.release_barriers else None
                             self.tma_load(src=gw_tma, dst=sw[(i + wst - 1) % wst],
-                                          offsets=[granule0, step + (wst - 1) * kg, 0, 0],
+                                          offsets=self.stage_offsets(granule0, step + (wst - 1) * kg),
                                           dims=box_dims,
                                           barrier=wbars[(i + wst - 1) % wst], after=after)
                         w_now = self.load_shared(self.reshape_shared(sw[i % wst], list(words.shape)), layout=words)
                         if self.release_barriers:
                             self.mbarrier_arrive(wfree[i % wst], per_warp=True)  # the warp has its words
                     elif ring:  # step i + ring - 1's words into the slot this thread read a step ago
-                        self.copy_async(src=gw, dst=sring[(i + ring - 1) % ring],
-                                        offsets=[granule0, step + ring - 1, 0, 0, 0], dims=[0, 2, 3, 4], layout=words)
+                        offsets, dims = self.word_offsets(granule0, step + ring - 1)
+                        self.copy_async(src=gw, dst=sring[(i + ring - 1) % ring], offsets=offsets, dims=dims,
+                                        layout=words)
                         if not self.stage_activations:  # (else they join the activations' group below)
                             self.copy_async_commit_group()
                             self.copy_async_wait_group(ring - 1)  # this thread's copies of step i have landed
@@ -695,8 +707,26 @@ class QuantizedMatmul(tilus.Script):
     def load_step_words(self, gw, granule0, step, words):
         """This thread's packed weight words of k-step ``step`` (the block's granules from ``granule0``), in
         registers laid out as ``words`` (:func:`kernel_layouts`)."""
-        return self.load_global(gw, offsets=[granule0, step, 0, 0, 0], shape=list(words.shape), dims=[0, 2, 3, 4],
-                                layout=words)
+        offsets, dims = self.word_offsets(granule0, step)
+        return self.load_global(gw, offsets=offsets, shape=list(words.shape), dims=dims, layout=words)
+
+    def word_offsets(self, granule0, step):
+        """(offsets, dims) of k-step ``step``'s words of the block's granules from ``granule0`` in the weight view
+        (``[granules, steps, chunks, 32, V / 4]``, or with tiles of k-steps ``[granules, tiles, T, chunks, 32, V /
+        4]``)."""
+        tile = self.fmt.k_tile
+        if tile:
+            return [granule0, step // tile, step % tile, 0, 0, 0], [0, 3, 4, 5]
+        return [granule0, step, 0, 0, 0], [0, 2, 3, 4]
+
+    def stage_offsets(self, granule0, step):
+        """The offsets of the TMA ring's stage from k-step ``step`` in the storage viewed with each chunk's lanes
+        and words as one row (``[granules, steps, chunks, 32 x words]``, or ``[tiles, granules, T, chunks, 32 x
+        words]``)."""
+        tile = self.fmt.k_tile
+        if tile:
+            return [step // tile, granule0, step % tile, 0, 0]
+        return [granule0, step, 0, 0]
 
     def split_step(self, offset: int):
         """The first k-step of split ``blockIdx.z + offset``: ``z * S // split_k`` of the S k-steps (a split takes

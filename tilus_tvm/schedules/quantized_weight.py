@@ -23,6 +23,19 @@ are whole words; else 1) form a *granule*; a lane's codes of a granule, packed a
 ``V = gcd(P, 16)`` bytes. Storage is ``int32`` of shape
 ``[N / (16 * units), K / kt, P / V, 32, V / 4]``: vector ``j`` of the 32 lanes is contiguous, so
 each load instruction of a warp reads ``32 * V`` consecutive bytes. N is padded with code 0.
+
+**Tiles of k-steps** (``pack_weight(..., k_tile=T)``, T = 2, 4 or 8): storage ``[S / T, N / (16 * units), T, P / V,
+32, V / 4]`` for the S = K / kt k-steps (padded with code 0 to a multiple of T): T k-steps of one granule are one
+run, and the tiles of all granules for those k-steps lie side by side, so the blocks of a decode grid, which stream
+the weights together, read one narrow front of memory instead of every granule's run at once. H100, 1x8192x28672,
+the same kernels in turn in one process (four rounds), every output checked, granule-major -> tiles of 2: u4 46.1-46.5
+-> 44.3-44.7 us (90% of the bandwidth floor), int4 46.8-47.2 -> 45.3-45.4, fp4 e2m1 46.8-47.0 -> 45.2-45.6, int5
+58.5-58.6 -> 55.5-55.7 (tiles of 4: 54.8-55.0), uint6 68.3-68.6 -> 65.3-65.7, fp6 e3m2 69.1-69.2 -> 65.6-66.5, u3
+39.0-39.2 -> 37.8-38.0, u2 even, 8 rows u4 46.2-46.5 -> 45.1-45.4; tiles of 4 and 8 u4 44.8-44.9 and 45.2-45.5. The
+wgmma batches unsplit move within 2% or gain (64x8192x28672 u4 84.1-85.4 -> 80.3-80.6), but those that split K
+(short grids) lose 12-23% with tiles of 2, 4 or 8 alike (128x28672x8192 u4 105.8-107.6 -> 128.8-134.6, uint8
+127.9-129.0 -> 141.6-157.6; 256x11008x4096 u4 46.0-47.4 -> 56.8-57.5; 128x11008x4096 30.3-30.4 -> 35.3-35.5; the
+cause was not found), so granule-major stays the default and tiles are the choice for weights that serve decode.
 """
 from __future__ import annotations
 
@@ -36,6 +49,7 @@ from tilus_tvm.dtypes import DataType, as_dtype
 from tilus_tvm.errors import LaunchError, ScriptError
 
 GROUP_SIZES = (32, 64, 128)
+K_TILES = (0, 2, 4, 8)  # pack_weight's k_tile: 0 granule-major, else k-steps in tiles of that many
 UNIT_ROWS = 16  # output channels per unit: the m of mma.sync.m16n8k16
 LANES = 32
 
@@ -102,10 +116,14 @@ class WeightFormat:
     n: int
     group_size: int
     placed_for: str = "float16"
+    k_tile: int = 0
 
     def __post_init__(self):
         from tilus_tvm.bit_placement import HALVES, placeable
 
+        if isinstance(self.k_tile, bool) or self.k_tile not in K_TILES:
+            raise ScriptError(f"quantized weights: k_tile={self.k_tile!r} must be 0 (granule-major storage) or "
+                              f"{', '.join(map(str, K_TILES[1:]))} (k-steps in tiles of that many)")
         half = as_dtype(self.placed_for).name
         if half not in HALVES:
             raise ScriptError(f"quantized weights: placed_for={half} must be float16 or bfloat16 (the activations' "
@@ -165,8 +183,17 @@ class WeightFormat:
         return self.k // self.group_size
 
     @property
+    def steps(self) -> int:
+        """The k-steps of ``kt`` inputs."""
+        return self.k // self.kt
+
+    @property
     def storage_shape(self) -> tuple[int, ...]:
-        return (self.granules, self.k // self.kt, self.chunks, LANES, self.vector_bytes // 4)
+        """``[granules, steps, chunks, 32, V / 4]``, or with ``k_tile`` T ``[tiles, granules, T, chunks, 32, V / 4]``
+        (the steps padded to whole tiles)."""
+        if self.k_tile:
+            return (-(-self.steps // self.k_tile), self.granules, self.k_tile, self.chunks, LANES, self.vector_bytes // 4)
+        return (self.granules, self.steps, self.chunks, LANES, self.vector_bytes // 4)
 
     @property
     def storage_strides(self) -> list[int]:
@@ -175,13 +202,21 @@ class WeightFormat:
         return [math.prod(shape[d + 1:]) for d in range(len(shape))]
 
     @property
+    def view_strides(self) -> list[int]:
+        """With ``k_tile``: the strides of the storage viewed granule first, ``[granules, tiles, T, chunks, 32, V /
+        4]`` (step ``s`` at tile ``s // T``, place ``s % T``), in int32 words."""
+        tiles, granules, *inner = self.storage_strides
+        return [granules, tiles, *inner]
+
+    @property
     def per_channel(self) -> bool:
         return self.group_size == self.k
 
     def describe(self) -> str:
         group = "per channel" if self.per_channel else f"group {self.group_size}"
         placed = ", placed for bfloat16" if self.placed_for == "bfloat16" else ""
-        return f"{self.dtype.name} [{self.k}, {self.n}], {group}{placed}"
+        tiles = f", k-steps in tiles of {self.k_tile}" if self.k_tile else ""
+        return f"{self.dtype.name} [{self.k}, {self.n}], {group}{placed}{tiles}"
 
 
 class QuantizedWeight:
@@ -209,7 +244,10 @@ class QuantizedWeight:
 
         fmt = self.format
         units, kt = fmt.units, fmt.kt
-        lanes = self.storage.permute(0, 1, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]
+        storage = self.storage
+        if fmt.k_tile:  # [tiles, granules, T, ...] -> [granules, steps, ...]
+            storage = storage.transpose(0, 1).reshape(fmt.granules, -1, *storage.shape[3:])[:, :fmt.steps]
+        lanes = storage.permute(0, 1, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]
         if fmt.placement is not None:
             codes = fmt.placement.unpack(lanes.reshape(fmt.granules, fmt.k // kt, LANES, -1))
         else:
@@ -276,7 +314,8 @@ def _lane_indices(kt: int, units: int, device):
     return tuple(torch.tensor(t, dtype=torch.int64, device=device) for t in _lane_table(kt, units))
 
 
-def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activations: Any = None) -> QuantizedWeight:
+def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activations: Any = None,
+                k_tile: Optional[int] = None) -> QuantizedWeight:
     """Pack the weight ``w`` [K, N] into the layout :func:`quantized_matmul` loads (module docstring).
 
     ``w`` holds values of ``dtype`` (a torch tensor; other values are rounded to the type as
@@ -286,13 +325,18 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activation
     bfloat16; floats of at most 7 bits then place their bits for that type's conversion (the other
     type reads them too, a few instructions slower: ``float4_e2m1`` into bfloat16 takes 11 masks and shifts
     for 8 codes placed for it, 17 placed for float16). The result lives on ``w``'s device; packing a large
-    weight is fastest on the GPU.
+    weight is fastest on the GPU. ``k_tile``: None (or 0) for granule-major storage, or 2, 4 or 8 to store the
+    k-steps in tiles of that many (module docstring): decode batches read such weights 3-6% faster, the wgmma batches
+    that split K 12-23% slower.
 
     >>> import torch
     >>> w = torch.randint(0, 16, (256, 96)).float()
     >>> q = pack_weight(w, "uint4b", group_size=128)
     >>> q.storage.shape, torch.equal(q.codes(), w.to(torch.uint8))
     (torch.Size([6, 2, 2, 32, 4]), True)
+    >>> tiled = pack_weight(w, "uint4b", group_size=128, k_tile=4)
+    >>> tiled.storage.shape, torch.equal(tiled.codes(), w.to(torch.uint8))
+    (torch.Size([1, 6, 4, 2, 32, 4]), True)
     """
     import torch
 
@@ -310,7 +354,7 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activation
         raise ScriptError(f"pack_weight: w must be 2-D [K, N] (in_features, out_features), got shape {list(shape)}")
     k, n = shape
     placed_for = "float16" if activations is None else _activations_name(activations)
-    fmt = WeightFormat(dtype, k, n, check_group(k, group_size), placed_for)
+    fmt = WeightFormat(dtype, k, n, check_group(k, group_size), placed_for, k_tile or 0)
     if codes is None:
         codes = lowp.encode(w, dtype)
     kt, units = fmt.kt, fmt.units
@@ -326,8 +370,13 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activation
         stream = fmt.placement.pack(lanes).view(torch.uint8)
     else:
         stream = lowp.pack_codes(lanes, dtype.nbits)
-    stream = stream.reshape(fmt.granules, k // kt, LANES, fmt.chunks, fmt.vector_bytes)
-    storage = stream.permute(0, 1, 3, 2, 4).contiguous().view(torch.int32)
+    stream = stream.reshape(fmt.granules, k // kt, LANES, fmt.chunks, fmt.vector_bytes).permute(0, 1, 3, 2, 4)
+    if fmt.k_tile:  # steps padded to whole tiles with code 0, then [tiles, granules, T, ...]
+        tiles = fmt.storage_shape[0]
+        padded = stream.new_zeros(fmt.granules, tiles * fmt.k_tile, *stream.shape[2:])
+        padded[:, :fmt.steps] = stream
+        stream = padded.reshape(fmt.granules, tiles, fmt.k_tile, *stream.shape[2:]).transpose(0, 1)
+    storage = stream.contiguous().view(torch.int32)
     return QuantizedWeight(storage, fmt)
 
 

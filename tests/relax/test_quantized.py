@@ -10,7 +10,7 @@ from tvm import relax
 from tvm.relax.frontend import nn
 
 import tilus_tvm.relax as tilus_relax
-from tilus_tvm.errors import RelaxError
+from tilus_tvm.errors import RelaxError, ScriptError
 from tilus_tvm.relax.patterns import PATTERNS
 from tilus_tvm.relax.quantized import (QuantizedLinear, code_position, dequantize_te, format_attrs, linear_params,
                                        weight_format)
@@ -175,3 +175,13 @@ def test_the_dispatched_layer_on_the_gpu_matches_torch(weight_dtype, group, zero
         got = run_on(tvm.cuda(), executable, x, values, specs).float()
         expected = x.float() @ dequantize(qw, scales, zeros)
         torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * expected.abs().max().item())
+
+
+def test_dequantize_te_refuses_weights_in_tiles_of_k_steps():
+    """QuantizedLinear stores its weights granule-major; the TE decoder names any other storage instead of misreading
+    it."""
+    from tilus_tvm import dtypes
+    from tilus_tvm.schedules.quantized_weight import WeightFormat
+
+    with pytest.raises(ScriptError, match="granule-major storage, got uint4b .* k-steps in tiles of 2"):
+        dequantize_te(WeightFormat(dtypes.uint4b, 256, 64, 128, k_tile=2), False, "float16")

@@ -52,12 +52,14 @@ def test_k_steps_in_tiles_round_trip(name, k_tile):
     fmt = tiled.format
     steps, tiles = fmt.steps, -(-fmt.steps // k_tile)
     assert fmt.k_tile == k_tile and fmt != plain.format and "k-steps in tiles of" in fmt.describe()
-    assert tuple(tiled.storage.shape) == fmt.storage_shape == (tiles, fmt.granules, k_tile) + plain.format.storage_shape[2:]
+    assert tuple(tiled.storage.shape) == fmt.storage_shape
+    assert fmt.storage_shape == (tiles, fmt.granules, k_tile) + plain.format.storage_shape[2:]
     assert torch.equal(tiled.codes(), plain.codes()) and torch.equal(tiled.codes(), lowp.encode(w, dtype))
     as_granules = tiled.storage.transpose(0, 1).reshape(fmt.granules, tiles * k_tile, *plain.storage.shape[2:])
     assert torch.equal(as_granules[:, :steps], plain.storage) and not as_granules[:, steps:].any()
     strides = fmt.view_strides  # [granules, tiles, T, ...] into the storage
-    assert strides[:3] == [math.prod(fmt.storage_shape[2:]), math.prod(fmt.storage_shape[1:]), math.prod(fmt.storage_shape[3:])]
+    shape = fmt.storage_shape
+    assert strides[:3] == [math.prod(shape[2:]), math.prod(shape[1:]), math.prod(shape[3:])]
     with pytest.raises(ScriptError, match="k_tile=3 must be 0"):
         pack_weight(w, dtype, 128, k_tile=3)
 

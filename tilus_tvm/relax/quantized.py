@@ -120,6 +120,8 @@ def dequantize_te(fmt: Any, zero_points: bool, out_dtype: str) -> Any:
     """A TE function ``(storage, scales[, zeros]) -> w`` [K, N] of ``out_dtype``: the packed weight decoded."""
     from tvm import te, tirx
 
+    if fmt.k_tile:  # (QuantizedLinear's weights are granule-major: it builds its format without k_tile)
+        raise ScriptError(f"dequantize_te: reads granule-major storage, got {fmt.describe()}")
     nbits, vector = fmt.dtype.nbits, fmt.vector_bytes
     last = fmt.lane_bytes - 1
     placement = fmt.placement  # integers of 3, 5, 6, 7 bits: each block of words bit-placed

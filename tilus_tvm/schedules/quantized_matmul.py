@@ -398,7 +398,7 @@ class QuantizedMatmul(tilus.Script):
         # views that end with the split: the loads ahead of its last step are masked, not wasted
         shape = list(fmt.storage_shape)
         # the view ends with the split, but steps through the whole weight: the storage's strides
-        if fmt.k_tile:  # granule first, [granules, tiles, T, ...] (step s: tile s // T, place s % T), to the split's tile
+        if fmt.k_tile:  # granule first, [granules, tiles, T, ...] (step s: tile s // T, place s % T)
             tile = fmt.k_tile
             gw = self.global_view(w_ptr, dtype=int32, shape=[shape[1], (end + tile - 1) // tile] + shape[2:],
                                   strides=fmt.view_strides)

@@ -192,7 +192,8 @@ class WeightFormat:
         """``[granules, steps, chunks, 32, V / 4]``, or with ``k_tile`` T ``[tiles, granules, T, chunks, 32, V / 4]``
         (the steps padded to whole tiles)."""
         if self.k_tile:
-            return (-(-self.steps // self.k_tile), self.granules, self.k_tile, self.chunks, LANES, self.vector_bytes // 4)
+            tiles = -(-self.steps // self.k_tile)
+            return (tiles, self.granules, self.k_tile, self.chunks, LANES, self.vector_bytes // 4)
         return (self.granules, self.steps, self.chunks, LANES, self.vector_bytes // 4)
 
     @property

@@ -116,6 +116,9 @@ def test_quantize_weight_and_dequantize():
         error = (dequantize(packed, scales, zeros) - w).abs().max()
         step = scales.float().max() * (1 if dtypes.as_dtype(name).is_integer else 32)
         assert error <= step, (name, float(error))
+        tiled, _, _ = quantize_weight(w, name, 64, zero_points=zero_points, k_tile=4)
+        assert tiled.format.k_tile == 4
+        assert torch.equal(dequantize(tiled, scales, zeros), dequantize(packed, scales, zeros))
 
 
 def test_small_floats_pack_for_bfloat16_activations():

@@ -396,7 +396,7 @@ def _activations_name(activations: Any) -> str:
 
 
 def quantize_weight(w: Any, dtype: Any, group_size: Optional[int] = None, zero_points: bool = False,
-                    scale_dtype: Any = None):
+                    scale_dtype: Any = None, k_tile: Optional[int] = None):
     """Quantize a float weight ``w`` [K, N]: ``(QuantizedWeight, scales, zeros)``, ``zeros`` None without
     zero points.
 
@@ -405,7 +405,8 @@ def quantize_weight(w: Any, dtype: Any, group_size: Optional[int] = None, zero_p
     ``[min, max]`` maps onto all codes: ``s = (max - min) / (2**bits - 1)`` and a float zero point
     ``z = qmin - min / s`` (``qmin`` the smallest code value). Scales and zeros are ``scale_dtype``
     (default: w's dtype if float16/bfloat16, else float16) of shape [K / g, N]; as :func:`quantized_matmul`
-    wants them in the activations' type, bfloat16 scales pack the weight for bfloat16 activations.
+    wants them in the activations' type, bfloat16 scales pack the weight for bfloat16 activations. ``k_tile``:
+    :func:`pack_weight`'s.
 
     >>> import torch
     >>> qw, s, z = quantize_weight(torch.randn(256, 64), "uint4b", 128, zero_points=True)   # doctest: +SKIP
@@ -435,7 +436,7 @@ def quantize_weight(w: Any, dtype: Any, group_size: Optional[int] = None, zero_p
     scales = scales.to(scale_dtype)
     zeros = None if zeros is None else zeros.to(scale_dtype)
     activations = "bfloat16" if scales.dtype == torch.bfloat16 else None
-    packed = pack_weight(quantized.reshape(k, n), dtype, group, activations=activations)
+    packed = pack_weight(quantized.reshape(k, n), dtype, group, activations=activations, k_tile=k_tile)
     return packed, scales, zeros
 
 

@@ -19,7 +19,8 @@ weight type (group 128 scales unless ``--group``, float16 activations unless ``-
 for the activations' type): our time, the *bandwidth floor* (bytes the kernel must read and write -- packed
 weights, scales, activations, output -- divided by the device-to-device copy bandwidth measured in this run), our
 share of it (floor / ours: 100% = at copy speed), and the speed-up over torch.matmul. The last column is a published
-W4A16 kernel where the GPU host's Python has one: PyTorch's own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm, CUDA, bfloat16 activations, the same group),
+W4A16 kernel where the GPU host's Python has one: PyTorch's own ``torch.ops.aten._weight_int4pack_mm`` (tinygemm,
+CUDA, bfloat16 activations, the same group),
 on the u4 rows; the packages with Triton W4A16 kernels that were looked for (gemlite, torchao, vllm, auto_gptq) are
 reported as found or not. Every kernel is checked against a dequantise-then-matmul reference on the first
 columns before it is timed; timings are medians of CUDA-event times of the call captured in a CUDA graph and
@@ -118,7 +119,8 @@ class Weights:
         finite = torch.tensor([v for v in lowp.all_values(dtype) if math.isfinite(v)], dtype=torch.float32,
                               device="cuda")
         self.values = finite[torch.randint(0, len(finite), (k, n), device="cuda")]
-        self.packed = pack_weight(self.values, dtype, GROUP, activations=ACTIVATIONS, k_tile=K_TILE)  # (small floats: placed for it)
+        # (small floats placed for the activations' type)
+        self.packed = pack_weight(self.values, dtype, GROUP, activations=ACTIVATIONS, k_tile=K_TILE)
         self.scales = ((torch.rand(k // GROUP, n, device="cuda") + 0.5) / math.sqrt(k)).to(ACTIVATIONS)
         self.zeros = None
         if ZERO_POINTS and dtype.is_integer:
@@ -343,7 +345,7 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
             fmt = w.packed.format
             tiles = [table] + [tile for _, tile in WGMMA_CONFIGS] + [WGMMA_SMALL, WGMMA_MEDIUM, WGMMA_THREE_GROUPS]
             wgmma = [replace(fit_units(tile, fmt), split_k=split, split_reduce=SPLIT_REDUCE or "kernel")
-                     for tile in tiles for split in (1, 2, 3, 4, 6) if split <= fmt.k // fmt.kt]
+                     for tile in tiles for split in (1, 2, 3, 4, 6) if split <= fmt.steps]
             candidates = list(dict.fromkeys(wgmma)) + candidates
     for config in candidates:
         try:

@@ -28,7 +28,7 @@ def reader(fmt: WeightFormat, warps: int, units: int, splits: int, prefetch: int
     words, _, _, _, _ = kernel_layouts(fmt, warps, units, 8, dtypes.float16)
     shape, strides = list(fmt.storage_shape), list(fmt.storage_strides)
     bn = warps * units * 16
-    steps = fmt.k // fmt.kt // splits
+    steps = fmt.steps // splits
 
     class ReadWeights(tilus.Script):
         def __call__(self, w_ptr: ~int32, out_ptr: ~int32):

@@ -426,7 +426,7 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             # measured below)
             continue
         wanted = per_sm * multiprocessors
-        splits = _splits(blocks, wanted, fmt.k // fmt.kt)
+        splits = _splits(blocks, wanted, fmt.steps)
         if row < len(hopper) and blocks < multiprocessors and (max_split < 4 or blocks * splits < 2 * multiprocessors):
             # (a Hopper row serves grids that fill the SMs unsplit; the rows that may split K in 4 or 8 also smaller
             # ones that their splits give two blocks an SM, as measured)
@@ -436,7 +436,7 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             # 4096 channels): blocks of half the channels, twice as many (see the docstring)
             config = replace(config, units_per_warp=config.units_per_warp // 2)
             blocks *= 2
-            splits = _splits(blocks, wanted, fmt.k // fmt.kt)
+            splits = _splits(blocks, wanted, fmt.steps)
         if max_split is None or splits <= max_split:
             return _split_in_block(m, fmt, replace(config, split_k=splits), wgmma)
     raise AssertionError("the last row of CONFIGS serves every batch")
@@ -467,7 +467,7 @@ def _split_in_block(m: int, fmt: WeightFormat, config: Config, tma: bool) -> Con
     """``config`` with its K split in two moved into the block (``k_groups=2``, see ``IN_BLOCK_SPLIT``) where that
     measured faster: the tiles listed there, up to their rows for the weights' width and their scale groups a k-step,
     an even number of k-steps, on a GPU with TMA (``tma``: sm_90a) for its ring of weights."""
-    if not tma or config.split_k != 2 or fmt.k // fmt.kt % 2:
+    if not tma or config.split_k != 2 or fmt.steps % 2:
         return config
     for tile, rows, groups, split_tile in IN_BLOCK_SPLIT:
         if replace(config, split_k=1) == tile and m <= rows.get(fmt.dtype.nbits, 0) \
@@ -486,7 +486,7 @@ def _medium_split(m: int, fmt: WeightFormat, multiprocessors: int, blocks: int, 
     medium_blocks = _grid_blocks(m, fmt, medium)
     medium_splits = _wgmma_splits(medium_blocks, fmt, multiprocessors)
     if (medium_splits > 1 and medium_blocks * medium_splits >= blocks * splits
-            and fmt.k // fmt.kt // medium_splits >= WGMMA_MEDIUM_SPLIT_MIN_STEPS):
+            and fmt.steps // medium_splits >= WGMMA_MEDIUM_SPLIT_MIN_STEPS):
         return replace(medium, split_k=medium_splits, split_reduce="kernel")
     return None
 
@@ -498,7 +498,7 @@ def _three_groups_split(m: int, fmt: WeightFormat, multiprocessors: int) -> Opti
     if three.units_per_warp % fmt.units:
         return None
     blocks = _grid_blocks(m, fmt, three)
-    splits = max(min(multiprocessors // blocks, fmt.k // fmt.kt // THREE_GROUPS_SPLIT_MIN_STEPS), 1)
+    splits = max(min(multiprocessors // blocks, fmt.steps // THREE_GROUPS_SPLIT_MIN_STEPS), 1)
     if splits < 2 or 4 * blocks * splits < 3 * multiprocessors:
         return None
     return replace(three, split_k=splits, split_reduce="kernel")
@@ -506,7 +506,7 @@ def _three_groups_split(m: int, fmt: WeightFormat, multiprocessors: int) -> Opti
 
 def _wgmma_splits(blocks: int, fmt: WeightFormat, multiprocessors: int) -> int:
     """K's splits for a wgmma grid of ``blocks`` short of the SMs (see ``WGMMA_SPLIT_MIN_STEPS``)."""
-    splits = max(min(2 * multiprocessors // blocks, fmt.k // fmt.kt // WGMMA_SPLIT_MIN_STEPS), 1)
+    splits = max(min(2 * multiprocessors // blocks, fmt.steps // WGMMA_SPLIT_MIN_STEPS), 1)
     while splits > 1 and multiprocessors < blocks * splits < 7 * multiprocessors // 4:
         splits -= 1
     return splits

@@ -286,7 +286,7 @@ class QuantizedMatmul(tilus.Script):
             raise ScriptError(f"QuantizedMatmul: warps={warps} must be in [1, 16]")
         if stage_activations and stages < 2:
             raise ScriptError(f"QuantizedMatmul: stages={stages} must be at least 2")
-        steps = fmt.k // fmt.kt
+        steps = fmt.steps
         if not 1 <= split_k <= steps:
             raise ScriptError(f"QuantizedMatmul: split_k={split_k} must be between 1 and the {steps} k-steps of "
                               f"{fmt.kt} inputs of {fmt.describe()}")
@@ -413,9 +413,9 @@ class QuantizedMatmul(tilus.Script):
                 ga = self.global_view(a_ptr, dtype=dtype, shape=[end, m_size, kt], strides=[kt, fmt.k, 1])
             # (per channel, every k-step has the one row of scales and zero points: a step stride of 0)
             by_step = 0 if fmt.per_channel else per_step * fmt.n
-            gs_steps = self.global_view(s_ptr, dtype=dtype, shape=[fmt.k // kt, fmt.n, per_step],
+            gs_steps = self.global_view(s_ptr, dtype=dtype, shape=[fmt.steps, fmt.n, per_step],
                                         strides=[by_step, 1, fmt.n])
-            gz_steps = self.global_view(z_ptr, dtype=dtype, shape=[fmt.k // kt, fmt.n, per_step],
+            gz_steps = self.global_view(z_ptr, dtype=dtype, shape=[fmt.steps, fmt.n, per_step],
                                         strides=[by_step, 1, fmt.n])
         else:
             gs_steps, gz_steps = gs, gz
@@ -737,14 +737,14 @@ class QuantizedMatmul(tilus.Script):
     def split_step(self, offset: int):
         """The first k-step of split ``blockIdx.z + offset``: ``z * S // split_k`` of the S k-steps (a split takes
         S / split_k of them, or where split_k does not divide S, the floor or the ceiling of that)."""
-        all_steps = self.fmt.k // self.fmt.kt
+        all_steps = self.fmt.steps
         if all_steps % self.split_k == 0:
             return (self.blockIdx.z + offset) * (all_steps // self.split_k)
         return (self.blockIdx.z + offset) * all_steps // self.split_k
 
     def split_steps(self, first, end):
         """The k-steps of this block's split: a constant where split_k divides them, else ``end - first``."""
-        all_steps = self.fmt.k // self.fmt.kt
+        all_steps = self.fmt.steps
         return all_steps // self.split_k if all_steps % self.split_k == 0 else end - first
 
     def queue_depths(self):

@@ -250,14 +250,14 @@ class QuantizedWeight:
             storage = storage.transpose(0, 1).reshape(fmt.granules, -1, *storage.shape[3:])[:, :fmt.steps]
         lanes = storage.permute(0, 1, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]
         if fmt.placement is not None:
-            codes = fmt.placement.unpack(lanes.reshape(fmt.granules, fmt.k // kt, LANES, -1))
+            codes = fmt.placement.unpack(lanes.reshape(fmt.granules, fmt.steps, LANES, -1))
         else:
             codes = lowp.unpack_codes(lanes.reshape(-1).view(torch.uint8), fmt.dtype.nbits,
                                       lanes.numel() * 32 // fmt.dtype.nbits)
-        codes = codes.reshape(fmt.granules, fmt.k // kt, LANES, units * kt // 2)
+        codes = codes.reshape(fmt.granules, fmt.steps, LANES, units * kt // 2)
         codes = codes[..., field_of_slot(fmt, units * kt // 2)]  # fields back to slot order
         unit, row, col = _lane_indices(kt, units, codes.device)
-        grid = torch.zeros(fmt.granules, fmt.k // kt, units, UNIT_ROWS, kt, dtype=torch.uint8, device=codes.device)
+        grid = torch.zeros(fmt.granules, fmt.steps, units, UNIT_ROWS, kt, dtype=torch.uint8, device=codes.device)
         grid[:, :, unit, row, col] = codes
         padded = grid.permute(0, 2, 3, 1, 4).reshape(fmt.granules * units * UNIT_ROWS, fmt.k)
         return padded[:fmt.n].t().contiguous()
@@ -362,7 +362,7 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activation
     padded_n = fmt.granules * units * UNIT_ROWS
     rows = torch.zeros(padded_n, k, dtype=torch.uint8, device=codes.device)
     rows[:n] = codes.t()
-    grid = rows.reshape(fmt.granules, units, UNIT_ROWS, k // kt, kt).permute(0, 3, 1, 2, 4)
+    grid = rows.reshape(fmt.granules, units, UNIT_ROWS, fmt.steps, kt).permute(0, 3, 1, 2, 4)
     unit, row, col = _lane_indices(kt, units, codes.device)
     slots = grid[:, :, unit, row, col]  # [granules, steps, 32, units * kt / 2], fragment slot order
     lanes = torch.empty_like(slots)
@@ -371,7 +371,7 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activation
         stream = fmt.placement.pack(lanes).view(torch.uint8)
     else:
         stream = lowp.pack_codes(lanes, dtype.nbits)
-    stream = stream.reshape(fmt.granules, k // kt, LANES, fmt.chunks, fmt.vector_bytes).permute(0, 1, 3, 2, 4)
+    stream = stream.reshape(fmt.granules, fmt.steps, LANES, fmt.chunks, fmt.vector_bytes).permute(0, 1, 3, 2, 4)
     if fmt.k_tile:  # steps padded to whole tiles with code 0, then [tiles, granules, T, ...]
         tiles = fmt.storage_shape[0]
         padded = stream.new_zeros(fmt.granules, tiles * fmt.k_tile, *stream.shape[2:])

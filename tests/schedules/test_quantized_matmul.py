@@ -352,6 +352,12 @@ def test_k_split_over_groups_of_warps():
     with pytest.raises(ScriptError, match="tile of the weight's storage, which holds 2"):
         QuantizedMatmul(tiled, warps=4, k_groups=4, weight_stages=3)
     QuantizedMatmul(replace(tiled, k_tile=4), warps=4, k_groups=4, weight_stages=3)
+    # tiled weights' splits take whole tiles in turn: any split of 43 k-steps in 11 tiles of 4 keeps groups whole,
+    # but no more splits than tiles
+    QuantizedMatmul(WeightFormat(dtypes.uint4b, 43 * 128, 512, 128, k_tile=4), warps=4, k_groups=2, weight_stages=3,
+                    split_k=3)
+    with pytest.raises(ScriptError, match="split_k=12 must be at most the 11 tiles"):
+        QuantizedMatmul(WeightFormat(dtypes.uint4b, 43 * 128, 512, 128, k_tile=4), split_k=12)
 
 
 @pytest.mark.parametrize("name,m,k,n,wgmma,path", [
@@ -359,7 +365,7 @@ def test_k_split_over_groups_of_warps():
     ("uint4b", 1, 4096, 11008, True, "bulk.tensor.5d"),  # the TMA ring, one k-step a stage, K split in 4
     ("uint4b", 1, 8192, 28672, False, "cp.async.cg"),  # the per-thread cp.async ring
     ("uint2b", 1, 8192, 28672, False, "ld.global"),  # straight to registers
-    ("uint4b", 128, 28672, 8192, True, "wgmma.mma_async"),  # wgmma, K split in 3 (split 1 starts at k-step 74)
+    ("uint4b", 128, 28672, 8192, True, "wgmma.mma_async"),  # wgmma, K split in 3 (strided: tiles z, z + 3, ...)
 ])
 def test_weights_in_tiles_of_k_steps_take_every_load_path(name, m, k, n, wgmma, path):
     """With pack_weight(k_tile=2), the kernel views the storage granule first, [granules, tiles, 2, ...], and every

@@ -2,7 +2,7 @@
 listed weight type, group sizes and per-channel scales, zero points, float16 and bfloat16, decode
 batches and staged large batches, shapes that are not multiples of the tiles; outputs NaN-poisoned."""
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 import torch
@@ -426,9 +426,9 @@ _TMA_RING = {"block_m": 8, "prefetch": 2, "weight_stages": 3, "release_barriers"
     ("float4_e2m1", 12, 2048, 512, 128, False, torch.float16, 2, None),
     ("uint4b", 130, 1024, 456, 128, True, torch.float16, 2, None),  # wgmma
     ("float8_e4m3", 200, 15 * 128, 200, 128, False, torch.bfloat16, 8, None),
-    # each load path, with splits that start inside a tile
+    # each load path, K split: split z takes tiles z, z + split_k, ... (the last one padded), as many each or not
     ("uint4b", 1, 11 * 128, 264, 128, False, torch.float16, 2, {"split_k": 3, "prefetch": 2}),  # registers
-    ("uint4b", 2, 11 * 128, 264, 128, False, torch.float16, 4, {"split_k": 4, "prefetch": 2, "fixed_slots": True,
+    ("uint4b", 2, 19 * 128, 264, 128, False, torch.float16, 4, {"split_k": 4, "prefetch": 2, "fixed_slots": True,
                                                                 "split_reduce": "kernel"}),
     ("uint3b", 1, 13 * 128, 264, 128, False, torch.float16, 4, {"split_k": 4, "units_per_warp": 1,
                                                                 "weight_ring": 4}),  # the cp.async ring
@@ -436,12 +436,18 @@ _TMA_RING = {"block_m": 8, "prefetch": 2, "weight_stages": 3, "release_barriers"
     ("uint4b", 8, 2048, 512, 128, False, torch.float16, 2, {**_TMA_RING, "k_groups": 2}),  # TMA, two a stage
     ("float6_e3m2", 5, 2048, 512, 64, False, torch.float16, 4, {**_TMA_RING, "k_groups": 4}),  # four a stage
     ("uint4b", 16, 2048, 512, 128, False, torch.float16, 8, {**_TMA_RING, "block_m": 16, "stage_activations": True,
-                                                             "stages": 2, "prefetch": 1, "k_groups": 2})])
+                                                             "stages": 2, "prefetch": 1, "k_groups": 2}),
+    ("float4_e2m1", 24, 43 * 128, 264, 128, False, torch.float16, 4, {**_TMA_RING, "split_k": 3, "k_groups": 2}),
+    ("uint4b", 96, 43 * 128, 384, 128, True, torch.float16, 2, {**asdict(WGMMA_THREE_GROUPS), "split_k": 5,
+                                                                "split_reduce": "kernel"})])  # wgmma
 def test_weights_in_tiles_of_k_steps(name, m, k, n, group, zero_points, dtype, k_tile, overrides):
     """pack_weight(k_tile=T): the table's rows and each load path (registers, the cp.async ring, the TMA ring of one,
-    two or four k-steps a stage, wgmma) read k-step s at tile s // T, place s % T, against torch, twice."""
-    if overrides and overrides.get("weight_stages") and torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("TMA needs sm_90")
+    two or four k-steps a stage, wgmma) read k-step s at tile s // T, place s % T, and K's splits take tiles in turn
+    (strided_splits: as many tiles each or not, the last one padded), against torch, twice."""
+    capability = torch.cuda.get_device_capability()
+    if overrides and (overrides.get("weight_stages") and capability[0] < 9
+                      or overrides.get("warpgroup_mma") and capability != (9, 0)):
+        pytest.skip("TMA needs sm_90, wgmma sm_90a")
     config = Config(**{"block_m": 8 if m <= 8 else 16, **overrides}) if overrides else None
     for seed in (0, 1):
         check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, seed=seed, config=config, k_tile=k_tile)

@@ -86,7 +86,8 @@ depths (:meth:`QuantizedMatmul.queue_depths`). The unrolled loop takes more regi
 The grid is (M / block_m, N / block_n): the batch tiles of one weight tile run next to each other,
 so a weight tile read by several batch tiles comes from L2 after the first. With few blocks (decode),
 ``split_k`` blocks share K (grid z; split z takes k-steps [z * S // split_k, (z + 1) * S // split_k) of the S,
-so split_k need not divide them). By default (``split_reduce="serial"``) the kernel adds their
+so split_k need not divide them; on weights stored in tiles of k-steps, tiles z, z + split_k, ... instead, so that
+the grid reads one front: :attr:`QuantizedMatmul.strided_splits`). By default (``split_reduce="serial"``) the kernel adds their
 float32 partial sums itself, in split order: every split stores its partial sums in a workspace of the
 kernel's own and arrives at its tile's counter (``arrive_last``: a fence and an atomic add), and the last
 split to arrive adds all of them, split 0 first, and writes the tile. No split waits for another (a chain
@@ -290,6 +291,9 @@ class QuantizedMatmul(tilus.Script):
         if not 1 <= split_k <= steps:
             raise ScriptError(f"QuantizedMatmul: split_k={split_k} must be between 1 and the {steps} k-steps of "
                               f"{fmt.kt} inputs of {fmt.describe()}")
+        if fmt.k_tile and split_k > fmt.tiles:  # (splits take whole tiles: split_steps)
+            raise ScriptError(f"QuantizedMatmul: split_k={split_k} must be at most the {fmt.tiles} tiles of k-steps of "
+                              f"{fmt.describe()}: each split takes whole tiles")
         if prefetch not in (1, 2, 3, 4):
             raise ScriptError(f"QuantizedMatmul: prefetch={prefetch} must be 1 to 4 (k-steps of weights in flight)")
         if split_reduce not in SPLIT_REDUCTIONS:
@@ -338,7 +342,7 @@ class QuantizedMatmul(tilus.Script):
                 raise ScriptError(f"QuantizedMatmul: k_groups={k_groups} takes a stage of {k_groups} k-steps from one "
                                   f"tile of the weight's storage, which holds {fmt.k_tile} ({fmt.describe()}): pack "
                                   f"it with a k_tile that k_groups divides, or take fewer groups")
-            if steps % split_k or steps // split_k % k_groups:
+            if not fmt.k_tile and (steps % split_k or steps // split_k % k_groups):  # (tiles: whole tiles a split)
                 raise ScriptError(f"QuantizedMatmul: k_groups={k_groups} needs every split's k-steps to be a multiple "
                                   f"of k_groups: {steps} k-steps of {fmt.kt} inputs split in {split_k}")
         self.k_groups = k_groups
@@ -386,7 +390,7 @@ class QuantizedMatmul(tilus.Script):
         m0: int32 = self.blockIdx.x * bm
         n0: int32 = self.blockIdx.y * bn
         granule0: int32 = self.blockIdx.y * (bn // (16 * fmt.units))
-        first: int32 = self.split_step(0)  # this block's split: k-steps [first, end)
+        first: int32 = self.split_step(0)  # this block's split: k-steps [first, end) (strided: k_step)
         end: int32 = self.split_step(1)
         # the k-loop's steps: with k_groups, steps of kg k-steps, one a group of warps (tiles [kg, ...])
         steps = self.split_steps(first, end) // kg
@@ -435,10 +439,10 @@ class QuantizedMatmul(tilus.Script):
         if ring:  # each thread's own words of a k-step, in the order of `words`: its loads read them back
             sring = self.shared_tensor(dtype=int32, shape=[ring] + list(words.shape))
             for j in range(ring - 1):  # (with staged activations, one group a step holds both)
-                offsets, dims = self.word_offsets(granule0, first + j)
+                offsets, dims = self.word_offsets(granule0, self.k_step(first, j))
                 self.copy_async(src=gw, dst=sring[j], offsets=offsets, dims=dims, layout=words)
                 if self.stage_activations:
-                    self.stage_activation_tile(ga, sx, j, m0, first + j, chunk)
+                    self.stage_activation_tile(ga, sx, j, m0, self.k_step(first, j), chunk)
                 self.copy_async_commit_group()
         elif self.stage_activations:
             if tma_x:  # the whole activation (the tensor map is encoded before the launch), one barrier a stage
@@ -451,9 +455,9 @@ class QuantizedMatmul(tilus.Script):
             for s in range(self.stages - 1):
                 if tma_x:
                     if s < steps:
-                        self.stage_activation_tile(ga_tma, sx, s, m0, first + s, chunk, xbars[s])
+                        self.stage_activation_tile(ga_tma, sx, s, m0, self.k_step(first, s), chunk, xbars[s])
                 else:
-                    self.stage_activation_tile(ga, sx, s, m0, first + s * kg, chunk)
+                    self.stage_activation_tile(ga, sx, s, m0, self.k_step(first, s * kg), chunk)
                     self.copy_async_commit_group()
         # the weights of the next `prefetch` steps are in flight while a step computes: in registers, or with
         # weight_stages, in a ring of shared memory that TMA fills (one barrier a stage)
@@ -477,8 +481,8 @@ class QuantizedMatmul(tilus.Script):
                 self.mbarrier_init(wfree, arrivals=warps * kg)
             for j in range(wst - 1):
                 if j < steps:
-                    self.tma_load(src=gw_tma, dst=sw[j], offsets=self.stage_offsets(granule0, first + j * kg),
-                                  dims=box_dims, barrier=wbars[j])
+                    self.tma_load(src=gw_tma, dst=sw[j], dims=box_dims, barrier=wbars[j],
+                                  offsets=self.stage_offsets(granule0, self.k_step(first, j * kg)))
         # Register queues (queue_depths). With fixed_slots, slot `i % depth` of a queue holds step i's registers
         # and is refilled with step i + depth's as soon as step i has used it; the k-loop is unrolled by `unroll`
         # (a multiple of every depth), so that a slot is a fixed set of registers and a load is waited for only
@@ -495,18 +499,19 @@ class QuantizedMatmul(tilus.Script):
         wq, xq, sq, zq, unroll = self.queue_depths()
         wslots, xslots, sslots, zslots = [], [], [], []
         for j in list(range(wq)):
-            wslots.append(self.load_step_words(gw, granule0, first + j, words))
+            wslots.append(self.load_step_words(gw, granule0, self.k_step(first, j), words))
         for j in list(range(xq)):
-            xslots.append(self.load_step_activations(ga, m0, first + j * kg, x_layout))
+            xslots.append(self.load_step_activations(ga, m0, self.k_step(first, j * kg), x_layout))
         for j in list(range(sq)):
-            sslots.append(self.load_step_groups(gs_steps, n0, first + j * kg, bn, group_layout))
+            sslots.append(self.load_step_groups(gs_steps, n0, self.k_step(first, j * kg), bn, group_layout))
         for j in list(range(zq)):
-            zslots.append(self.load_step_groups(gz_steps, n0, first + j * kg, bn, group_layout))
+            zslots.append(self.load_step_groups(gz_steps, n0, self.k_step(first, j * kg), bn, group_layout))
         for round_ in range((steps + unroll - 1) // unroll):
             for u in list(range(unroll)):
                 i = round_ * unroll + u
                 if i < steps:  # (always, where unroll divides steps: the condition folds away)
-                    step = first + i * kg
+                    local = i * kg  # (the split's k-step `local`: `step`; d steps ahead: k_step(first, local, d))
+                    step = self.k_step(first, local)
                     if wst:
                         self.mbarrier_wait(wbars[i % wst], i // wst % 2)  # step i's weights have landed
                         if not self.release_barriers:
@@ -518,14 +523,15 @@ class QuantizedMatmul(tilus.Script):
                             after = (wfree[(i + wst - 1) % wst], ((i + wst - 1) // wst + 1) % 2) \
                                 if self.release_barriers else None
                             self.tma_load(src=gw_tma, dst=sw[(i + wst - 1) % wst],
-                                          offsets=self.stage_offsets(granule0, step + (wst - 1) * kg),
+                                          offsets=self.stage_offsets(granule0,
+                                                                     self.k_step(first, local, (wst - 1) * kg)),
                                           dims=box_dims,
                                           barrier=wbars[(i + wst - 1) % wst], after=after)
                         w_now = self.load_shared(self.reshape_shared(sw[i % wst], list(words.shape)), layout=words)
                         if self.release_barriers:
                             self.mbarrier_arrive(wfree[i % wst], per_warp=True)  # the warp has its words
                     elif ring:  # step i + ring - 1's words into the slot this thread read a step ago
-                        offsets, dims = self.word_offsets(granule0, step + ring - 1)
+                        offsets, dims = self.word_offsets(granule0, self.k_step(first, local, ring - 1))
                         self.copy_async(src=gw, dst=sring[(i + ring - 1) % ring], offsets=offsets, dims=dims,
                                         layout=words)
                         if not self.stage_activations:  # (else they join the activations' group below)
@@ -534,7 +540,7 @@ class QuantizedMatmul(tilus.Script):
                             w_now = self.load_shared(sring[i % ring], layout=words)
                     else:
                         if not fixed:  # (else the slot is refilled once its codes are converted)
-                            w_new = self.load_step_words(gw, granule0, step + wq, words)
+                            w_new = self.load_step_words(gw, granule0, self.k_step(first, local, wq), words)
                         w_now = wslots[u % wq]
                     if self.stage_activations and tma_x:
                         # step i's activations have landed; step i - 1's stage is free: the sync that ends a step,
@@ -545,13 +551,13 @@ class QuantizedMatmul(tilus.Script):
                         if stage_ahead < steps:
                             slot = stage_ahead % self.stages
                             after = (xfree[slot], (stage_ahead // self.stages + 1) % 2) if release else None
-                            self.stage_activation_tile(ga_tma, sx, slot, m0, first + stage_ahead, chunk, xbars[slot],
-                                                       after)
+                            self.stage_activation_tile(ga_tma, sx, slot, m0, self.k_step(first, stage_ahead), chunk,
+                                                       xbars[slot], after)
                         self.mbarrier_wait(xbars[i % self.stages], i // self.stages % 2)
                     elif self.stage_activations:
                         stage_ahead = i + self.stages - 1
-                        self.stage_activation_tile(ga, sx, stage_ahead % self.stages, m0, first + stage_ahead * kg,
-                                                   chunk)
+                        self.stage_activation_tile(ga, sx, stage_ahead % self.stages, m0,
+                                                   self.k_step(first, stage_ahead * kg), chunk)
                         self.copy_async_commit_group()
                         self.copy_async_wait_group(self.stages - 1)
                         if self.warpgroup_mma:
@@ -565,11 +571,12 @@ class QuantizedMatmul(tilus.Script):
                             w_now = self.load_shared(sring[i % ring], layout=words)
                     else:
                         if not fixed:
-                            x_new = self.load_step_activations(ga, m0, step + kg, x_layout)
+                            x_new = self.load_step_activations(ga, m0, self.k_step(first, local, kg), x_layout)
                         x = self.view(xslots[u % xq], layout=b_layout)
                     if grouped and not fixed:
-                        s_new = self.load_step_groups(gs_steps, n0, step + kg, bn, group_layout)
-                        z_new = self.load_step_groups(gz_steps, n0, step + kg, bn, group_layout) if self.zero_points \
+                        next_step = self.k_step(first, local, kg)
+                        s_new = self.load_step_groups(gs_steps, n0, next_step, bn, group_layout)
+                        z_new = self.load_step_groups(gz_steps, n0, next_step, bn, group_layout) if self.zero_points \
                             else None
                     codes = self.view(w_now, dtype=fmt.dtype, layout=codes_layout)
                     scales = sslots[u % sq] if grouped else None
@@ -582,7 +589,8 @@ class QuantizedMatmul(tilus.Script):
                     weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold,
                                         minus=minus, times=times)
                     if wq and fixed:  # the slot's codes are converted: it takes step i + prefetch's words
-                        self.assign(wslots[u % wq], self.load_step_words(gw, granule0, step + wq, words))
+                        self.assign(wslots[u % wq], self.load_step_words(gw, granule0, self.k_step(first, local, wq),
+                                                                         words))
                     if self.zero_points and minus is None:
                         weights = self.by_group(weights, zslots[u % zq], "sub")
                     if weighted and times is None:
@@ -622,13 +630,13 @@ class QuantizedMatmul(tilus.Script):
                     elif self.stage_activations:
                         self.sync()  # every warp has read this stage before a later step refills it
                     elif fixed:  # the slot's activations are used: it takes step i + 2's
-                        self.assign(xslots[u % xq], self.load_step_activations(ga, m0, step + xq * kg, x_layout))
+                        refill = self.k_step(first, local, xq * kg)
+                        self.assign(xslots[u % xq], self.load_step_activations(ga, m0, refill, x_layout))
                     if grouped and fixed:  # the slot's scales (and zero points) are used: it takes step i + 2's
-                        self.assign(sslots[u % sq], self.load_step_groups(gs_steps, n0, step + sq * kg, bn,
-                                                                          group_layout))
+                        refill = self.k_step(first, local, sq * kg)
+                        self.assign(sslots[u % sq], self.load_step_groups(gs_steps, n0, refill, bn, group_layout))
                         if self.zero_points:
-                            self.assign(zslots[u % zq], self.load_step_groups(gz_steps, n0, step + sq * kg, bn,
-                                                                              group_layout))
+                            self.assign(zslots[u % zq], self.load_step_groups(gz_steps, n0, refill, bn, group_layout))
                     elif not fixed:  # the queues move up a step, by copies
                         moving = []
                         if xq:
@@ -734,17 +742,46 @@ class QuantizedMatmul(tilus.Script):
             return [step // tile, granule0, step % tile, 0, 0]
         return [granule0, step, 0, 0]
 
+    @property
+    def strided_splits(self) -> bool:
+        """Whether K's splits take tiles of k-steps in turn: on weights stored in tiles of k-steps, split z of
+        ``split_k`` takes tiles z, z + split_k, z + 2 split_k, ..., so that the whole grid reads one front of
+        split_k adjacent tiles. Splits that each took a contiguous run of tiles read split_k fronts far apart, and
+        the wgmma batches that split K lost 12-23% on tiled weights that way (H100, u4, table tiles split in 3 or
+        6: 128x11008x4096 30.9 -> 35.4 us, 256x11008x4096 46.6 -> 57.4, 128x28672x8192 109 -> 133; the same bytes
+        from DRAM, at a lower throughput)."""
+        return bool(self.fmt.k_tile) and self.split_k > 1
+
+    def k_step(self, first, local, ahead: int = 0):
+        """The k-step ``local + ahead`` steps into this block's split: ``first + local (+ ahead)``, or with
+        :attr:`strided_splits`, place ``l % T`` of tile ``(l // T) * split_k + z`` for ``l = local + ahead``."""
+        if not self.strided_splits:
+            step = first + local
+            return step + ahead if ahead else step
+        tile, at = self.fmt.k_tile, local + ahead
+        return ((at // tile) * self.split_k + self.blockIdx.z) * tile + at % tile
+
     def split_step(self, offset: int):
         """The first k-step of split ``blockIdx.z + offset``: ``z * S // split_k`` of the S k-steps (a split takes
-        S / split_k of them, or where split_k does not divide S, the floor or the ceiling of that)."""
+        S / split_k of them, or where split_k does not divide S, the floor or the ceiling of that). With
+        :attr:`strided_splits`, 0 and S: a split's tiles lie all over K (:meth:`k_step`)."""
         all_steps = self.fmt.steps
+        if self.strided_splits:
+            return offset * all_steps
         if all_steps % self.split_k == 0:
             return (self.blockIdx.z + offset) * (all_steps // self.split_k)
         return (self.blockIdx.z + offset) * all_steps // self.split_k
 
     def split_steps(self, first, end):
-        """The k-steps of this block's split: a constant where split_k divides them, else ``end - first``."""
+        """The k-steps of this block's split: a constant where split_k divides them, else ``end - first``; with
+        :attr:`strided_splits`, T for each of its tiles (the last tile's padding too: its codes are 0, its
+        activations and scales beyond K masked to 0)."""
         all_steps = self.fmt.steps
+        if self.strided_splits:
+            tiles, splits = self.fmt.tiles, self.split_k
+            if tiles % splits == 0:
+                return tiles // splits * self.fmt.k_tile
+            return (tiles - self.blockIdx.z + splits - 1) // splits * self.fmt.k_tile
         return all_steps // self.split_k if all_steps % self.split_k == 0 else end - first
 
     def queue_depths(self):

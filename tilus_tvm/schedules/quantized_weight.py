@@ -32,10 +32,16 @@ the same kernels in turn in one process (four rounds), every output checked, gra
 -> 44.3-44.7 us (90% of the bandwidth floor), int4 46.8-47.2 -> 45.3-45.4, fp4 e2m1 46.8-47.0 -> 45.2-45.6, int5
 58.5-58.6 -> 55.5-55.7 (tiles of 4: 54.8-55.0), uint6 68.3-68.6 -> 65.3-65.7, fp6 e3m2 69.1-69.2 -> 65.6-66.5, u3
 39.0-39.2 -> 37.8-38.0, u2 even, 8 rows u4 46.2-46.5 -> 45.1-45.4; tiles of 4 and 8 u4 44.8-44.9 and 45.2-45.5. The
-wgmma batches unsplit move within 2% or gain (64x8192x28672 u4 84.1-85.4 -> 80.3-80.6), but those that split K
-(short grids) lose 12-23% with tiles of 2, 4 or 8 alike (128x28672x8192 u4 105.8-107.6 -> 128.8-134.6, uint8
-127.9-129.0 -> 141.6-157.6; 256x11008x4096 u4 46.0-47.4 -> 56.8-57.5; 128x11008x4096 30.3-30.4 -> 35.3-35.5; the
-cause was not found), so granule-major stays the default and tiles are the choice for weights that serve decode.
+wgmma batches unsplit move within 2% or gain (64x8192x28672 u4 84.1-85.4 -> 80.3-80.6). Those that split K (short
+grids) lost 12-23% with tiles of 2, 4 or 8 alike while each split read a run of tiles of its own, so that the grid
+read split_k fronts far apart (the same bytes from DRAM, at a lower throughput: 128x11008x4096 u4 30.3-30.4 ->
+35.3-35.5, 128x28672x8192 105.8-107.6 -> 128.8-134.6); K's splits now take the tiles in turn
+(``QuantizedMatmul.strided_splits``: one front), and the same kernels in turn (three rounds, tiles of 2) give
+128x11008x4096 u4 30.0-30.8 -> 31.2-31.9 us, uint8 32.8-33.6 -> 33.9-34.2; 256x11008x4096 u4 45.5-50.4 ->
+47.4-51.1, uint8 even (50.8 -> 49.9); 128x28672x8192 u4 even (108.4 -> 109.1), uint8 129.3-134.9 -> 122.4-134.2;
+64x28672x8192 u4 80.2-84.0 -> 81.7-82.7, uint8 even; the decode shapes that split K gain (1x28672x8192 u4 47.8 ->
+46.6, uint8 86.0 -> 83.1, int5 59.1 -> 57.8; 1x11008x4096 u4 16.1 -> 15.2, uint8 24.1 -> 21.9; 1x4096x11008 int5
+17.0 -> 17.2).
 """
 from __future__ import annotations
 
@@ -188,12 +194,17 @@ class WeightFormat:
         return self.k // self.kt
 
     @property
+    def tiles(self) -> int:
+        """With ``k_tile`` T: the tiles of T k-steps (the last one padded with code 0 where T does not divide
+        them); else 0."""
+        return -(-self.steps // self.k_tile) if self.k_tile else 0
+
+    @property
     def storage_shape(self) -> tuple[int, ...]:
         """``[granules, steps, chunks, 32, V / 4]``, or with ``k_tile`` T ``[tiles, granules, T, chunks, 32, V / 4]``
         (the steps padded to whole tiles)."""
         if self.k_tile:
-            tiles = -(-self.steps // self.k_tile)
-            return (tiles, self.granules, self.k_tile, self.chunks, LANES, self.vector_bytes // 4)
+            return (self.tiles, self.granules, self.k_tile, self.chunks, LANES, self.vector_bytes // 4)
         return (self.granules, self.steps, self.chunks, LANES, self.vector_bytes // 4)
 
     @property
@@ -327,8 +338,8 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activation
     type reads them too, a few instructions slower: ``float4_e2m1`` into bfloat16 takes 11 masks and shifts
     for 8 codes placed for it, 17 placed for float16). The result lives on ``w``'s device; packing a large
     weight is fastest on the GPU. ``k_tile``: None (or 0) for granule-major storage, or 2, 4 or 8 to store the
-    k-steps in tiles of that many (module docstring): decode batches read such weights 3-6% faster, the wgmma batches
-    that split K 12-23% slower.
+    k-steps in tiles of that many (module docstring): decode batches read such weights 2-9% faster, the wgmma batches
+    that split K up to 4% slower or faster.
 
     >>> import torch
     >>> w = torch.randint(0, 16, (256, 96)).float()
@@ -373,10 +384,9 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activation
         stream = lowp.pack_codes(lanes, dtype.nbits)
     stream = stream.reshape(fmt.granules, fmt.steps, LANES, fmt.chunks, fmt.vector_bytes).permute(0, 1, 3, 2, 4)
     if fmt.k_tile:  # steps padded to whole tiles with code 0, then [tiles, granules, T, ...]
-        tiles = fmt.storage_shape[0]
-        padded = stream.new_zeros(fmt.granules, tiles * fmt.k_tile, *stream.shape[2:])
+        padded = stream.new_zeros(fmt.granules, fmt.tiles * fmt.k_tile, *stream.shape[2:])
         padded[:, :fmt.steps] = stream
-        stream = padded.reshape(fmt.granules, tiles, fmt.k_tile, *stream.shape[2:]).transpose(0, 1)
+        stream = padded.reshape(fmt.granules, fmt.tiles, fmt.k_tile, *stream.shape[2:]).transpose(0, 1)
     storage = stream.contiguous().view(torch.int32)
     return QuantizedWeight(storage, fmt)
 

@@ -47,6 +47,7 @@ from tilus_tvm.utils import benchmark_func  # noqa: E402
 from tilus_tvm.schedules.quantized_configs import (WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL,  # noqa: E402
                                                    WGMMA_THREE_GROUPS, Config, choose_config, fit_units)
 from tilus_tvm.schedules.quantized_matmul import pack_weight, quantized_matmul  # noqa: E402
+from tilus_tvm.schedules.quantized_weight import DEFAULT_K_TILE  # noqa: E402
 
 TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "int5b", "uint6b", "uint7b", "uint8", "float8_e4m3", "float6_e3m2",
          "float6_e2m3", "float4_e2m1"]  # every width from 2 to 8 bits
@@ -63,7 +64,7 @@ WARM_SECONDS = 0.2  # the call replays this long before it is timed
 SPLIT_REDUCE = None  # --split-reduce: how the table's split-K partial sums are added up (None: as it says)
 WEIGHT_STAGES = 0  # --weight-stages: the decode rows' TMA ring of weights (0: none)
 NO_TMA_ACTIVATIONS = False  # --no-tma-activations: the wgmma rows' activations by cp.async
-K_TILE = None  # --k-tile: pack_weight's k_tile (None: granule-major storage)
+K_TILE = None  # --k-tile: pack_weight's k_tile (None: its default, tiles of 2; 0: granule-major storage)
 ZERO_POINTS = False  # --zero-points: integer weights have a zero point a group (as AWQ's), floats none
 ACTIVATIONS = torch.float16  # --bfloat16: activations, scales, zero points and torch.matmul's weights in bfloat16
 # the table's wgmma rows (from 49 rows) exist on an sm_90a GPU only: quantized_matmul() picks them there
@@ -383,9 +384,9 @@ def main():
                              "weights (default: float16)")
     parser.add_argument("--group", type=int, choices=[32, 64, 128], default=128,
                         help="the weights' group size (their scales' and tinygemm's)")
-    parser.add_argument("--k-tile", type=int, choices=[2, 4, 8], default=None,
-                        help="pack the weights with their k-steps in tiles of this many (pack_weight's k_tile: "
-                             "faster decode, slower wgmma batches that split K; default: granule-major storage)")
+    parser.add_argument("--k-tile", type=int, choices=[0, 2, 4, 8], default=None,
+                        help="pack the weights with their k-steps in tiles of this many, or 0 for granule-major "
+                             "storage (pack_weight's k_tile; default: pack_weight's, tiles of 2)")
     parser.add_argument("--split-reduce", choices=["kernel", "serial"], default=None,
                         help="split-K partial sums added by a second kernel (SplitKSum) or in the kernel, by the "
                              "last split to arrive (default: as the table says: serial for decode, kernel for wgmma)")
@@ -407,7 +408,7 @@ def main():
     bandwidth = copy_bandwidth()
     print(f"# {props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}; copy bandwidth "
           f"{bandwidth / 1e6:.2f} TB/s; weights in groups of {GROUP}"
-          f"{f', k-steps in tiles of {K_TILE}' if K_TILE else ''}"
+          f"{', granule-major storage' if K_TILE == 0 else f', k-steps in tiles of {K_TILE or DEFAULT_K_TILE}'}"
           f"{' with zero points (integer types)' if ZERO_POINTS else ''}; "
           f"{dtypes.as_dtype(ACTIVATIONS).name} activations; "
           f"Triton W4A16 packages importable: "

@@ -35,9 +35,9 @@ def test_code_position_is_the_packing_of_pack_weight(name, k, n, group):
     formats included), for every k and n."""
     from tilus_tvm import lowp
 
-    fmt = weight_format(name, k, n, group)
+    fmt = weight_format(name, k, n, group, k_tile=0)
     codes = torch.randint(0, 1 << fmt.dtype.nbits, (k, n))
-    storage = pack_weight(lowp.decode(codes, fmt.dtype).float(), name, group).storage
+    storage = pack_weight(lowp.decode(codes, fmt.dtype).float(), name, group, k_tile=0).storage
     lanes = storage.permute(0, 1, 3, 2, 4).contiguous()  # [granules, steps, 32, chunks, V/4]: a lane's bytes
     if fmt.placement is not None:  # bit-placed blocks: the slots' codes come back by the placement
         stream = fmt.placement.unpack(lanes.reshape(fmt.granules, k // fmt.kt, 32, -1))
@@ -49,17 +49,21 @@ def test_code_position_is_the_packing_of_pack_weight(name, k, n, group):
     assert torch.equal(stream[granule, step, lane, slot].to(torch.int64), codes)
 
 
-@pytest.mark.parametrize("weight_dtype, group, zero_points", [("uint4b", 128, False), ("int4b", 32, True),
-                                                               ("int3b", 64, False), ("uint8", None, True),
-                                                               ("uint2b", 64, False), ("int6b", 32, True),
-                                                               ("uint7b", None, False)])
-def test_the_undispatched_layer_computes_x_times_the_dequantized_weight_on_the_cpu(weight_dtype, group, zero_points):
+@pytest.mark.parametrize("weight_dtype, group, zero_points, k_tile", [
+    ("uint4b", 128, False, None), ("int4b", 32, True, 0), ("int3b", 64, False, 4), ("uint8", None, True, None),
+    ("uint2b", 64, False, 8), ("int6b", 32, True, None), ("uint7b", None, False, 0)])
+def test_the_undispatched_layer_computes_x_times_the_dequantized_weight_on_the_cpu(weight_dtype, group, zero_points,
+                                                                                   k_tile):
+    """The dequantize PrimFunc reads pack_weight's storage: in tiles of 2 k-steps (the default), granule-major
+    (k_tile=0), and in tiles of 4 or 8 with K's k-steps padded to whole tiles."""
     k, n = 256, 80
-    layer = QuantizedLinear(k, n, weight_dtype, group_size=group, zero_points=zero_points)
+    layer = QuantizedLinear(k, n, weight_dtype, group_size=group, zero_points=zero_points, k_tile=k_tile)
     mod, specs = export(layer, 3, k)
     assert "R.matmul(" in mod.script()
     torch.manual_seed(hash((weight_dtype, group)) % 1000)
-    qw, scales, zeros = quantize_weight(torch.randn(k, n), weight_dtype, group, zero_points=zero_points)
+    qw, scales, zeros = quantize_weight(torch.randn(k, n), weight_dtype, group, zero_points=zero_points,
+                                        k_tile=k_tile)
+    assert qw.format == layer.format
     x = torch.randn(3, k).half()
     got = run_on(tvm.cpu(), tvm.compile(mod, "llvm"), x, linear_params(qw, scales, zeros), specs).float()
     expected = x.float() @ dequantize(qw, scales, zeros).half().float()
@@ -142,6 +146,7 @@ def test_the_module_to_dtype_keeps_the_integer_storage():
     (dict(weight_dtype="int9b"), "weight_dtype"),
     (dict(group_size=48), "group_size=48 must be None"),
     (dict(dtype="int8"), "dtype must be one of"),
+    (dict(k_tile=3), "k_tile=3 must be one of 0, 2, 4, 8"),
 ])
 def test_bad_layers_are_refused_naming_the_argument(kwargs, message):
     with pytest.raises(RelaxError, match=re.escape(message)):
@@ -177,11 +182,13 @@ def test_the_dispatched_layer_on_the_gpu_matches_torch(weight_dtype, group, zero
         torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * expected.abs().max().item())
 
 
-def test_dequantize_te_refuses_weights_in_tiles_of_k_steps():
-    """QuantizedLinear stores its weights granule-major; the TE decoder names any other storage instead of misreading
-    it."""
-    from tilus_tvm import dtypes
-    from tilus_tvm.schedules.quantized_weight import WeightFormat
-
-    with pytest.raises(ScriptError, match="granule-major storage, got uint4b .* k-steps in tiles of 2"):
-        dequantize_te(WeightFormat(dtypes.uint4b, 256, 64, 128, k_tile=2), False, "float16")
+def test_linear_params_checks_the_weight_against_the_layer():
+    """A weight stored otherwise than the layer reads it (granule-major for a layer in tiles of 2, the default) is
+    named before any parameter is bound."""
+    layer = QuantizedLinear(256, 64, "uint4b", group_size=128)
+    qw, scales, _ = quantize_weight(torch.randn(256, 64), "uint4b", 128, k_tile=0)
+    with pytest.raises(RelaxError, match=r"the weight is uint4b .*, the layer wants .*k-steps in tiles of 2.*k_tile=2"):
+        linear_params(qw, scales, layer=layer)
+    assert linear_params(qw, scales, layer=QuantizedLinear(256, 64, "uint4b", group_size=128, k_tile=0))
+    qw, scales, _ = quantize_weight(torch.randn(256, 64), "uint4b", 128)
+    assert linear_params(qw, scales, layer=layer)["weight"].shape == tuple(layer.weight.shape)

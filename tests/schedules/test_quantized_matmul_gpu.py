@@ -361,13 +361,15 @@ def test_wgmma_rows_split_where_the_grid_is_short_of_the_sms(name, m, k, n, grou
                                                           "prefetch": 1, "fixed_slots": False})])
 def test_k_split_over_groups_of_warps(name, m, k, n, group, zero_points, dtype, overrides):
     """k_groups: the block's K split over groups of warps (a batched dot_split, one k-step a group of a stage of
-    the TMA ring), the groups' partial sums added through shared memory at the end, against torch, twice."""
+    the TMA ring), the groups' partial sums added through shared memory at the end, against torch, twice. Weights in
+    pack_weight's tiles of 2 k-steps, or for four groups (a stage of 4 k-steps, more than a tile) granule-major."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("TMA needs sm_90")
     config = Config(**{"units_per_warp": 2, "block_m": 8, "prefetch": 2, "weight_stages": 3, "release_barriers": True,
                        "fixed_slots": True, "k_groups": 2, "split_k": 1, **overrides})
+    k_tile = 0 if config.k_groups == 4 else None
     for seed in (0, 1):
-        check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, seed=seed, config=config)
+        check(name, m, k, n, group, zero_points=zero_points, dtype=dtype, seed=seed, config=config, k_tile=k_tile)
 
 
 @pytest.mark.parametrize("name,dtype,kind", [("uint4b", torch.float16, "small"), ("uint4b", torch.float16, "large"),
@@ -439,7 +441,11 @@ _TMA_RING = {"block_m": 8, "prefetch": 2, "weight_stages": 3, "release_barriers"
                                                              "stages": 2, "prefetch": 1, "k_groups": 2}),
     ("float4_e2m1", 24, 43 * 128, 264, 128, False, torch.float16, 4, {**_TMA_RING, "split_k": 3, "k_groups": 2}),
     ("uint4b", 96, 43 * 128, 384, 128, True, torch.float16, 2, {**asdict(WGMMA_THREE_GROUPS), "split_k": 5,
-                                                                "split_reduce": "kernel"})])  # wgmma
+                                                                "split_reduce": "kernel"}),  # wgmma
+    # more splits than tiles: the last splits take none (partial sums of 0)
+    ("uint4b", 1, 3 * 128, 264, 128, False, torch.float16, 2, {"split_k": 3, **_TMA_RING}),
+    ("uint8", 70, 2 * 128, 384, 128, False, torch.float16, 2, {**asdict(WGMMA_THREE_GROUPS), "split_k": 2,
+                                                               "split_reduce": "kernel"})])
 def test_weights_in_tiles_of_k_steps(name, m, k, n, group, zero_points, dtype, k_tile, overrides):
     """pack_weight(k_tile=T): the table's rows and each load path (registers, the cp.async ring, the TMA ring of one,
     two or four k-steps a stage, wgmma) read k-step s at tile s // T, place s % T, and K's splits take tiles in turn

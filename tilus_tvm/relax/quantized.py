@@ -13,8 +13,8 @@ element by element: it finds the 32-bit word and bit offset of each code (``w[k,
 ``j`` of lane ``l`` of its unit, see :mod:`tilus_tvm.schedules.quantized_weight`; for bit-placed
 formats, each bit's word and offset), extracts it with shifts and masks, sign-extends signed types and
 computes ``(code - z) * s`` in float32. The PrimFunc carries the attribute ``tilus.dequantize`` (the
-weight dtype, K, N, group size and whether there are zero points), so the pattern needs no reverse
-engineering of bit arithmetic, and the matmul stays a plain ``R.matmul``.
+weight dtype, K, N, group size, the storage's tiles of k-steps and whether there are zero points), so the pattern
+needs no reverse engineering of bit arithmetic, and the matmul stays a plain ``R.matmul``.
 
 :class:`QuantizedLinear` (a ``relax.frontend.nn`` module) emits exactly this. Its parameters are the
 packed tensors themselves, so nothing is transformed at load time: :func:`linear_params` turns the
@@ -49,12 +49,15 @@ DEQUANTIZE_ATTR = "tilus.dequantize"  # on the dequantize PrimFunc: the WeightFo
 ACTIVATION_DTYPES = ("float16", "bfloat16", "float32")
 
 
-def weight_format(dtype: Any, in_features: int, out_features: int, group_size: Optional[int]):
+def weight_format(dtype: Any, in_features: int, out_features: int, group_size: Optional[int],
+                  k_tile: Optional[int] = None):
     """The :class:`~tilus_tvm.schedules.quantized_weight.WeightFormat` of a layer, checked.
 
     The representation holds any integer type of 1 to 8 bits and any group size that is a multiple of
-    16 dividing K (or None: one scale per channel); the kernel takes a subset (checked at dispatch)."""
-    from tilus_tvm.schedules.quantized_weight import WeightFormat
+    16 dividing K (or None: one scale per channel); the kernel takes a subset (checked at dispatch). ``k_tile``:
+    the storage's tiles of k-steps, as :func:`~tilus_tvm.schedules.pack_weight`'s (None: its default, tiles of 2;
+    0: granule-major)."""
+    from tilus_tvm.schedules.quantized_weight import DEFAULT_K_TILE, K_TILES, WeightFormat
 
     try:
         dtype = as_dtype(dtype)
@@ -75,13 +78,17 @@ def weight_format(dtype: Any, in_features: int, out_features: int, group_size: O
     if group == in_features and in_features % 32:
         raise RelaxError(f"QuantizedLinear: one scale per channel needs in_features={in_features} to be a multiple "
                          f"of 32")
-    return WeightFormat(dtype, in_features, out_features, group)
+    k_tile = DEFAULT_K_TILE if k_tile is None else k_tile
+    if isinstance(k_tile, bool) or k_tile not in K_TILES:
+        raise RelaxError(f"QuantizedLinear: k_tile={k_tile!r} must be one of {', '.join(map(str, K_TILES))} (0: "
+                         f"granule-major storage; else k-steps in tiles of that many, as pack_weight stores them)")
+    return WeightFormat(dtype, in_features, out_features, group, k_tile=k_tile)
 
 
 def format_attrs(fmt: Any, zero_points: bool) -> dict:
     """The ``tilus.dequantize`` attribute: what the dequantize PrimFunc decodes."""
     return {DEQUANTIZE_ATTR: {"dtype": fmt.dtype.name, "k": fmt.k, "n": fmt.n, "group_size": fmt.group_size,
-                              "zero_points": bool(zero_points)}}
+                              "k_tile": fmt.k_tile, "zero_points": bool(zero_points)}}
 
 
 def format_of(attrs: Any) -> tuple[Any, bool]:
@@ -89,7 +96,8 @@ def format_of(attrs: Any) -> tuple[Any, bool]:
     from tilus_tvm.schedules.quantized_weight import WeightFormat
 
     spec = attrs[DEQUANTIZE_ATTR]
-    fmt = WeightFormat(as_dtype(str(spec["dtype"])), int(spec["k"]), int(spec["n"]), int(spec["group_size"]))
+    fmt = WeightFormat(as_dtype(str(spec["dtype"])), int(spec["k"]), int(spec["n"]), int(spec["group_size"]),
+                       k_tile=int(spec["k_tile"]) if "k_tile" in spec else 0)
     return fmt, bool(int(spec["zero_points"]))
 
 
@@ -120,20 +128,26 @@ def dequantize_te(fmt: Any, zero_points: bool, out_dtype: str) -> Any:
     """A TE function ``(storage, scales[, zeros]) -> w`` [K, N] of ``out_dtype``: the packed weight decoded."""
     from tvm import te, tirx
 
-    if fmt.k_tile:  # (QuantizedLinear's weights are granule-major: it builds its format without k_tile)
-        raise ScriptError(f"dequantize_te: reads granule-major storage, got {fmt.describe()}")
     nbits, vector = fmt.dtype.nbits, fmt.vector_bytes
     last = fmt.lane_bytes - 1
     placement = fmt.placement  # integers of 3, 5, 6, 7 bits: each block of words bit-placed
     signed = fmt.dtype.is_integer and fmt.dtype.signed
 
+    tile = fmt.k_tile
+
     def compute(storage: Any, scales: Any, zeros: Any = None) -> Any:
+        def stored(g: Any, s: Any, chunk: Any, lane: Any, index: Any) -> Any:
+            """Word ``index`` of ``lane``'s chunk of granule g's k-step s (in tiles of k-steps: tile s // T)."""
+            if tile:
+                return storage[s // tile, g, s % tile, chunk, lane, index]
+            return storage[g, s, chunk, lane, index]
+
         def byte(g: Any, s: Any, lane: Any, index: Any) -> Any:
-            word = storage[g, s, index // vector, lane, index % vector // 4]
+            word = stored(g, s, index // vector, lane, index % vector // 4)
             return tirx.bitwise_and(tirx.shift_right(word, (index % 4 * 8).astype("int32")), 0xFF)
 
         def word(g: Any, s: Any, lane: Any, index: Any) -> Any:
-            return storage[g, s, index * 4 // vector, lane, index * 4 % vector // 4]
+            return stored(g, s, index * 4 // vector, lane, index * 4 % vector // 4)
 
         def placed_code(g: Any, s: Any, lane: Any, slot: Any) -> Any:
             # bit b of the slot's code sits at (word, pos) of its block, a table over the block's pairs
@@ -183,7 +197,7 @@ class QuantizedLinear(nn.Module):
     one per output channel). Parameters, all in the layout the kernel reads:
 
     - ``weight``: ``int32`` ``WeightFormat.storage_shape``, as :func:`~tilus_tvm.schedules.pack_weight`
-      makes it;
+      makes it with ``k_tile`` (None: pack_weight's default, k-steps in tiles of 2; 0: granule-major);
     - ``scales`` (``zeros``): [in_features / group_size, out_features] of ``dtype``;
     - ``bias``: [out_features] of ``dtype``, when asked for.
 
@@ -191,16 +205,16 @@ class QuantizedLinear(nn.Module):
     changes the activations' dtype (scales, zeros, bias), never the integer storage.
 
     >>> layer = QuantizedLinear(256, 512, "int4b", group_size=64, zero_points=True)
-    >>> layer.weight.shape, layer.scales.shape
-    ([32, 4, 1, 32, 4], [4, 512])
+    >>> layer.weight.shape, layer.scales.shape  # [tiles, granules, 2, chunks, 32, V / 4]: 2 k-steps of 128 inputs
+    ([1, 32, 2, 2, 32, 4], [4, 512])
     """
 
     def __init__(self, in_features: int, out_features: int, weight_dtype: Any = "uint4b",
                  group_size: Optional[int] = 128, zero_points: bool = False, bias: bool = False,
-                 dtype: str = "float16"):
+                 dtype: str = "float16", k_tile: Optional[int] = None):
         if dtype not in ACTIVATION_DTYPES:
             raise RelaxError(f"QuantizedLinear: dtype must be one of {ACTIVATION_DTYPES}, got {dtype!r}")
-        self.format = weight_format(weight_dtype, in_features, out_features, group_size)
+        self.format = weight_format(weight_dtype, in_features, out_features, group_size, k_tile)
         self.in_features, self.out_features, self.dtype = in_features, out_features, dtype
         groups = self.format.groups
         self.weight = nn.Parameter(list(self.format.storage_shape), "int32")
@@ -228,12 +242,13 @@ class QuantizedLinear(nn.Module):
         return y + self.bias if self.bias is not None else y
 
 
-def linear_params(weight: Any, scales: Any, zeros: Any = None, bias: Any = None) -> dict:
+def linear_params(weight: Any, scales: Any, zeros: Any = None, bias: Any = None, layer: Any = None) -> dict:
     """The parameter values of a :class:`QuantizedLinear` (numpy arrays by parameter name) from a
     :class:`~tilus_tvm.schedules.QuantizedWeight` and its scales (and zeros, bias) as torch tensors.
 
     The weight is used as packed (its storage is the ``weight`` parameter); scales and zeros must be
-    [K / g, N] of one float dtype. Prefix the names with the layer's path in the model
+    [K / g, N] of one float dtype. With ``layer``, the weight must be stored as that layer's format says (type,
+    shape, group, tiles of k-steps). Prefix the names with the layer's path in the model
     (``{f"mlp.down.{k}": v for k, v in linear_params(...).items()}``) to match ``export_tvm``'s."""
     import torch
 
@@ -246,6 +261,12 @@ def linear_params(weight: Any, scales: Any, zeros: Any = None, bias: Any = None)
         check_weight(weight, scales, zeros)
     except TilusError as exc:
         raise RelaxError(f"linear_params: {exc}") from None
+    if layer is not None and (weight.format.dtype, weight.format.k, weight.format.n, weight.format.group_size,
+                              weight.format.k_tile) != (layer.format.dtype, layer.format.k, layer.format.n,
+                                                        layer.format.group_size, layer.format.k_tile):
+        raise RelaxError(f"linear_params: the weight is {weight.format.describe()}, the layer wants "
+                         f"{layer.format.describe()} (pack it with pack_weight(..., k_tile={layer.format.k_tile}), or "
+                         f"build the layer with k_tile={weight.format.k_tile})")
     values = {"weight": weight.storage, "scales": scales, "zeros": zeros, "bias": bias}
     return {name: _host_array(t) for name, t in values.items() if t is not None}
 

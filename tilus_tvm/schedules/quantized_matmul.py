@@ -291,9 +291,6 @@ class QuantizedMatmul(tilus.Script):
         if not 1 <= split_k <= steps:
             raise ScriptError(f"QuantizedMatmul: split_k={split_k} must be between 1 and the {steps} k-steps of "
                               f"{fmt.kt} inputs of {fmt.describe()}")
-        if fmt.k_tile and split_k > fmt.tiles:  # (splits take whole tiles: split_steps)
-            raise ScriptError(f"QuantizedMatmul: split_k={split_k} must be at most the {fmt.tiles} tiles of k-steps of "
-                              f"{fmt.describe()}: each split takes whole tiles")
         if prefetch not in (1, 2, 3, 4):
             raise ScriptError(f"QuantizedMatmul: prefetch={prefetch} must be 1 to 4 (k-steps of weights in flight)")
         if split_reduce not in SPLIT_REDUCTIONS:
@@ -775,7 +772,7 @@ class QuantizedMatmul(tilus.Script):
     def split_steps(self, first, end):
         """The k-steps of this block's split: a constant where split_k divides them, else ``end - first``; with
         :attr:`strided_splits`, T for each of its tiles (the last tile's padding too: its codes are 0, its
-        activations and scales beyond K masked to 0)."""
+        activations and scales beyond K masked to 0), none for a split beyond the tiles (its partial sums are 0)."""
         all_steps = self.fmt.steps
         if self.strided_splits:
             tiles, splits = self.fmt.tiles, self.split_k

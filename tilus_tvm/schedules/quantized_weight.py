@@ -20,15 +20,16 @@ pair's two codes at the same places of a low and a high 16-bit half, signed inte
 consecutive units along N (2 when ``kt * nbits`` is not a multiple of 64, so that a lane's bits
 are whole words; else 1) form a *granule*; a lane's codes of a granule, packed as
 :mod:`tilus_tvm.lowp` packs them, are ``P = units * kt * nbits / 16`` bytes, cut into vectors of
-``V = gcd(P, 16)`` bytes. Storage is ``int32`` of shape
+``V = gcd(P, 16)`` bytes. Granule-major storage (``pack_weight(..., k_tile=0)``) is ``int32`` of shape
 ``[N / (16 * units), K / kt, P / V, 32, V / 4]``: vector ``j`` of the 32 lanes is contiguous, so
 each load instruction of a warp reads ``32 * V`` consecutive bytes. N is padded with code 0.
 
-**Tiles of k-steps** (``pack_weight(..., k_tile=T)``, T = 2, 4 or 8): storage ``[S / T, N / (16 * units), T, P / V,
-32, V / 4]`` for the S = K / kt k-steps (padded with code 0 to a multiple of T): T k-steps of one granule are one
-run, and the tiles of all granules for those k-steps lie side by side, so the blocks of a decode grid, which stream
-the weights together, read one narrow front of memory instead of every granule's run at once. H100, 1x8192x28672,
-the same kernels in turn in one process (four rounds), every output checked, granule-major -> tiles of 2: u4 46.1-46.5
+**Tiles of k-steps** (``pack_weight(..., k_tile=T)``, T = 2 -- the default --, 4 or 8): storage ``[S / T, N / (16
+* units), T, P / V, 32, V / 4]`` for the S = K / kt k-steps (padded with code 0 to a multiple of T): T k-steps of
+one granule are one run, and the tiles of all granules for those k-steps lie side by side, so the blocks of a decode
+grid, which stream the weights together, read one narrow front of memory instead of every granule's run at once.
+H100, 1x8192x28672, the same kernels in turn in one process (four rounds), every output checked, granule-major ->
+tiles of 2: u4 46.1-46.5
 -> 44.3-44.7 us (90% of the bandwidth floor), int4 46.8-47.2 -> 45.3-45.4, fp4 e2m1 46.8-47.0 -> 45.2-45.6, int5
 58.5-58.6 -> 55.5-55.7 (tiles of 4: 54.8-55.0), uint6 68.3-68.6 -> 65.3-65.7, fp6 e3m2 69.1-69.2 -> 65.6-66.5, u3
 39.0-39.2 -> 37.8-38.0, u2 even, 8 rows u4 46.2-46.5 -> 45.1-45.4; tiles of 4 and 8 u4 44.8-44.9 and 45.2-45.5. The
@@ -41,7 +42,7 @@ read split_k fronts far apart (the same bytes from DRAM, at a lower throughput: 
 47.4-51.1, uint8 even (50.8 -> 49.9); 128x28672x8192 u4 even (108.4 -> 109.1), uint8 129.3-134.9 -> 122.4-134.2;
 64x28672x8192 u4 80.2-84.0 -> 81.7-82.7, uint8 even; the decode shapes that split K gain (1x28672x8192 u4 47.8 ->
 46.6, uint8 86.0 -> 83.1, int5 59.1 -> 57.8; 1x11008x4096 u4 16.1 -> 15.2, uint8 24.1 -> 21.9; 1x4096x11008 int5
-17.0 -> 17.2).
+17.0 -> 17.2). So tiles of 2 are the default.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ from tilus_tvm.errors import LaunchError, ScriptError
 
 GROUP_SIZES = (32, 64, 128)
 K_TILES = (0, 2, 4, 8)  # pack_weight's k_tile: 0 granule-major, else k-steps in tiles of that many
+DEFAULT_K_TILE = 2  # pack_weight's storage unless told otherwise (module docstring, Tiles of k-steps)
 UNIT_ROWS = 16  # output channels per unit: the m of mma.sync.m16n8k16
 LANES = 32
 
@@ -327,7 +329,7 @@ def _lane_indices(kt: int, units: int, device):
 
 
 def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activations: Any = None,
-                k_tile: Optional[int] = None) -> QuantizedWeight:
+                k_tile: Optional[int] = DEFAULT_K_TILE) -> QuantizedWeight:
     """Pack the weight ``w`` [K, N] into the layout :func:`quantized_matmul` loads (module docstring).
 
     ``w`` holds values of ``dtype`` (a torch tensor; other values are rounded to the type as
@@ -337,18 +339,20 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activation
     bfloat16; floats of at most 7 bits then place their bits for that type's conversion (the other
     type reads them too, a few instructions slower: ``float4_e2m1`` into bfloat16 takes 11 masks and shifts
     for 8 codes placed for it, 17 placed for float16). The result lives on ``w``'s device; packing a large
-    weight is fastest on the GPU. ``k_tile``: None (or 0) for granule-major storage, or 2, 4 or 8 to store the
-    k-steps in tiles of that many (module docstring): decode batches read such weights 2-9% faster, the wgmma batches
-    that split K up to 4% slower or faster.
+    weight is fastest on the GPU. ``k_tile``: 2 (the default; None too), 4 or 8 to store the k-steps in tiles of
+    that many, or 0 for granule-major storage (module docstring): decode batches read tiles of 2 2-9% faster
+    than granule-major storage, the wgmma batches that split K up to 4% slower or faster.
 
     >>> import torch
     >>> w = torch.randint(0, 16, (256, 96)).float()
-    >>> q = pack_weight(w, "uint4b", group_size=128)
+    >>> q = pack_weight(w, "uint4b", group_size=128)  # [tiles, granules, 2, chunks, 32, V / 4]
     >>> q.storage.shape, torch.equal(q.codes(), w.to(torch.uint8))
-    (torch.Size([6, 2, 2, 32, 4]), True)
-    >>> tiled = pack_weight(w, "uint4b", group_size=128, k_tile=4)
+    (torch.Size([1, 6, 2, 2, 32, 4]), True)
+    >>> tiled = pack_weight(w, "uint4b", group_size=128, k_tile=4)  # K's 2 k-steps padded to a tile of 4
     >>> tiled.storage.shape, torch.equal(tiled.codes(), w.to(torch.uint8))
     (torch.Size([1, 6, 4, 2, 32, 4]), True)
+    >>> pack_weight(w, "uint4b", group_size=128, k_tile=0).storage.shape  # granule-major
+    torch.Size([6, 2, 2, 32, 4])
     """
     import torch
 
@@ -366,7 +370,8 @@ def pack_weight(w: Any, dtype: Any, group_size: Optional[int] = None, activation
         raise ScriptError(f"pack_weight: w must be 2-D [K, N] (in_features, out_features), got shape {list(shape)}")
     k, n = shape
     placed_for = "float16" if activations is None else _activations_name(activations)
-    fmt = WeightFormat(dtype, k, n, check_group(k, group_size), placed_for, k_tile or 0)
+    k_tile = DEFAULT_K_TILE if k_tile is None else k_tile
+    fmt = WeightFormat(dtype, k, n, check_group(k, group_size), placed_for, k_tile)
     if codes is None:
         codes = lowp.encode(w, dtype)
     kt, units = fmt.kt, fmt.units
@@ -406,7 +411,7 @@ def _activations_name(activations: Any) -> str:
 
 
 def quantize_weight(w: Any, dtype: Any, group_size: Optional[int] = None, zero_points: bool = False,
-                    scale_dtype: Any = None, k_tile: Optional[int] = None):
+                    scale_dtype: Any = None, k_tile: Optional[int] = DEFAULT_K_TILE):
     """Quantize a float weight ``w`` [K, N]: ``(QuantizedWeight, scales, zeros)``, ``zeros`` None without
     zero points.
 

@@ -68,11 +68,12 @@ u4 53.8-55.1 -> 46.6-46.7, u3 77.5-77.8 -> 39.1-39.6; u3 in groups of 64 87.2-87
 with a ring of 4 k-steps, and so does the 9-16-row ring row for 4-bit weights (16 rows u4 50.0-50.5 -> 49.3-50.1;
 see ``IN_BLOCK_SPLIT``).
 
-Weights packed in tiles of k-steps (``pack_weight(..., k_tile=T)``, storage [tiles, granules, T, ...]) are viewed
-granule first, [granules, tiles, T, ...], and every load path reads k-step ``s`` at tile ``s // T``, place ``s % T``
-(:meth:`QuantizedMatmul.word_offsets`; the TMA ring's stages, one box of kg k-steps of one tile, by
+Weights packed in tiles of k-steps (``pack_weight(..., k_tile=T)``, T = 2 by default; storage [tiles, granules, T,
+...]) are viewed granule first, [granules, tiles, T, ...], and every load path reads k-step ``s`` at tile ``s // T``,
+place ``s % T`` (:meth:`QuantizedMatmul.word_offsets`; the TMA ring's stages, one box of kg k-steps of one tile, by
 :meth:`QuantizedMatmul.stage_offsets`): a decode grid then reads one narrow front of the weight (H100, 1x8192x28672:
-u4 46.1-46.5 -> 44.3-44.7 us; :mod:`~tilus_tvm.schedules.quantized_weight`).
+u4 46.1-46.5 -> 44.3-44.7 us; :mod:`~tilus_tvm.schedules.quantized_weight`), and K's splits take the tiles in turn
+(:attr:`QuantizedMatmul.strided_splits`).
 
 A step's scales (and zero points) are loaded ahead, like its activations: waiting for them in the step that
 used them cost fp4 weights 23% and u2 10% at 1x8192x28672. By default a queue keeps the current step's

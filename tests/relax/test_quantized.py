@@ -10,7 +10,7 @@ from tvm import relax
 from tvm.relax.frontend import nn
 
 import tilus_tvm.relax as tilus_relax
-from tilus_tvm.errors import RelaxError, ScriptError
+from tilus_tvm.errors import RelaxError
 from tilus_tvm.relax.patterns import PATTERNS
 from tilus_tvm.relax.quantized import (QuantizedLinear, code_position, dequantize_te, format_attrs, linear_params,
                                        weight_format)

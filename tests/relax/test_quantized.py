@@ -146,7 +146,7 @@ def test_the_module_to_dtype_keeps_the_integer_storage():
     (dict(weight_dtype="int9b"), "weight_dtype"),
     (dict(group_size=48), "group_size=48 must be None"),
     (dict(dtype="int8"), "dtype must be one of"),
-    (dict(k_tile=3), "k_tile=3 must be one of 0, 2, 4, 8"),
+    (dict(k_tile=3), "k_tile=3 must be 0 (granule-major storage) or 2, 4, 8"),
 ])
 def test_bad_layers_are_refused_naming_the_argument(kwargs, message):
     with pytest.raises(RelaxError, match=re.escape(message)):

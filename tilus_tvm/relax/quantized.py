@@ -57,7 +57,7 @@ def weight_format(dtype: Any, in_features: int, out_features: int, group_size: O
     16 dividing K (or None: one scale per channel); the kernel takes a subset (checked at dispatch). ``k_tile``:
     the storage's tiles of k-steps, as :func:`~tilus_tvm.schedules.pack_weight`'s (None: its default, tiles of 2;
     0: granule-major)."""
-    from tilus_tvm.schedules.quantized_weight import DEFAULT_K_TILE, K_TILES, WeightFormat
+    from tilus_tvm.schedules.quantized_weight import DEFAULT_K_TILE, WeightFormat
 
     try:
         dtype = as_dtype(dtype)
@@ -79,10 +79,10 @@ def weight_format(dtype: Any, in_features: int, out_features: int, group_size: O
         raise RelaxError(f"QuantizedLinear: one scale per channel needs in_features={in_features} to be a multiple "
                          f"of 32")
     k_tile = DEFAULT_K_TILE if k_tile is None else k_tile
-    if isinstance(k_tile, bool) or k_tile not in K_TILES:
-        raise RelaxError(f"QuantizedLinear: k_tile={k_tile!r} must be one of {', '.join(map(str, K_TILES))} (0: "
-                         f"granule-major storage; else k-steps in tiles of that many, as pack_weight stores them)")
-    return WeightFormat(dtype, in_features, out_features, group, k_tile=k_tile)
+    try:  # (WeightFormat checks k_tile)
+        return WeightFormat(dtype, in_features, out_features, group, k_tile=k_tile)
+    except ScriptError as exc:
+        raise RelaxError(f"QuantizedLinear: {exc}") from None
 
 
 def format_attrs(fmt: Any, zero_points: bool) -> dict:

@@ -88,8 +88,8 @@ The grid is (M / block_m, N / block_n): the batch tiles of one weight tile run n
 so a weight tile read by several batch tiles comes from L2 after the first. With few blocks (decode),
 ``split_k`` blocks share K (grid z; split z takes k-steps [z * S // split_k, (z + 1) * S // split_k) of the S,
 so split_k need not divide them; on weights stored in tiles of k-steps, tiles z, z + split_k, ... instead, so that
-the grid reads one front: :attr:`QuantizedMatmul.strided_splits`). By default (``split_reduce="serial"``) the kernel adds their
-float32 partial sums itself, in split order: every split stores its partial sums in a workspace of the
+the grid reads one front: :attr:`QuantizedMatmul.strided_splits`). By default (``split_reduce="serial"``) the kernel
+adds their float32 partial sums itself, in split order: every split stores its partial sums in a workspace of the
 kernel's own and arrives at its tile's counter (``arrive_last``: a fence and an atomic add), and the last
 split to arrive adds all of them, split 0 first, and writes the tile. No split waits for another (a chain
 of semaphores, ``MatmulSplitK``'s way, made each wait for the one before: on the H100, u4 at 1x4096x11008

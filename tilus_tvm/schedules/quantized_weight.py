@@ -24,25 +24,24 @@ are whole words; else 1) form a *granule*; a lane's codes of a granule, packed a
 ``[N / (16 * units), K / kt, P / V, 32, V / 4]``: vector ``j`` of the 32 lanes is contiguous, so
 each load instruction of a warp reads ``32 * V`` consecutive bytes. N is padded with code 0.
 
-**Tiles of k-steps** (``pack_weight(..., k_tile=T)``, T = 2 -- the default --, 4 or 8): storage ``[S / T, N / (16
-* units), T, P / V, 32, V / 4]`` for the S = K / kt k-steps (padded with code 0 to a multiple of T): T k-steps of
-one granule are one run, and the tiles of all granules for those k-steps lie side by side, so the blocks of a decode
+**Tiles of k-steps** (``pack_weight(..., k_tile=T)``, T = 2 -- the default --, 4 or 8): storage ``[S / T, N / (16 *
+units), T, P / V, 32, V / 4]`` for the S = K / kt k-steps (padded with code 0 to a multiple of T): T k-steps of one
+granule are one run, and the tiles of all granules for those k-steps lie side by side, so the blocks of a decode
 grid, which stream the weights together, read one narrow front of memory instead of every granule's run at once.
 H100, 1x8192x28672, the same kernels in turn in one process (four rounds), every output checked, granule-major ->
-tiles of 2: u4 46.1-46.5
--> 44.3-44.7 us (90% of the bandwidth floor), int4 46.8-47.2 -> 45.3-45.4, fp4 e2m1 46.8-47.0 -> 45.2-45.6, int5
-58.5-58.6 -> 55.5-55.7 (tiles of 4: 54.8-55.0), uint6 68.3-68.6 -> 65.3-65.7, fp6 e3m2 69.1-69.2 -> 65.6-66.5, u3
-39.0-39.2 -> 37.8-38.0, u2 even, 8 rows u4 46.2-46.5 -> 45.1-45.4; tiles of 4 and 8 u4 44.8-44.9 and 45.2-45.5. The
-wgmma batches unsplit move within 2% or gain (64x8192x28672 u4 84.1-85.4 -> 80.3-80.6). Those that split K (short
-grids) lost 12-23% with tiles of 2, 4 or 8 alike while each split read a run of tiles of its own, so that the grid
-read split_k fronts far apart (the same bytes from DRAM, at a lower throughput: 128x11008x4096 u4 30.3-30.4 ->
-35.3-35.5, 128x28672x8192 105.8-107.6 -> 128.8-134.6); K's splits now take the tiles in turn
-(``QuantizedMatmul.strided_splits``: one front), and the same kernels in turn (three rounds, tiles of 2) give
-128x11008x4096 u4 30.0-30.8 -> 31.2-31.9 us, uint8 32.8-33.6 -> 33.9-34.2; 256x11008x4096 u4 45.5-50.4 ->
-47.4-51.1, uint8 even (50.8 -> 49.9); 128x28672x8192 u4 even (108.4 -> 109.1), uint8 129.3-134.9 -> 122.4-134.2;
-64x28672x8192 u4 80.2-84.0 -> 81.7-82.7, uint8 even; the decode shapes that split K gain (1x28672x8192 u4 47.8 ->
-46.6, uint8 86.0 -> 83.1, int5 59.1 -> 57.8; 1x11008x4096 u4 16.1 -> 15.2, uint8 24.1 -> 21.9; 1x4096x11008 int5
-17.0 -> 17.2). So tiles of 2 are the default.
+tiles of 2: u4 46.1-46.5 -> 44.3-44.7 us (90% of the bandwidth floor), int4 46.8-47.2 -> 45.3-45.4, fp4 e2m1
+46.8-47.0 -> 45.2-45.6, int5 58.5-58.6 -> 55.5-55.7 (tiles of 4: 54.8-55.0), uint6 68.3-68.6 -> 65.3-65.7, fp6 e3m2
+69.1-69.2 -> 65.6-66.5, u3 39.0-39.2 -> 37.8-38.0, u2 even, 8 rows u4 46.2-46.5 -> 45.1-45.4; tiles of 4 and 8 u4
+44.8-44.9 and 45.2-45.5. The wgmma batches unsplit move within 2% or gain (64x8192x28672 u4 84.1-85.4 -> 80.3-80.6).
+Those that split K (short grids) lost 12-23% with tiles of 2, 4 or 8 alike while each split read a run of tiles of
+its own, so that the grid read split_k fronts far apart (the same bytes from DRAM, at a lower throughput:
+128x11008x4096 u4 30.3-30.4 -> 35.3-35.5, 128x28672x8192 105.8-107.6 -> 128.8-134.6); K's splits now take the tiles
+in turn (``QuantizedMatmul.strided_splits``: one front), and the same kernels in turn (three rounds, tiles of 2) give
+128x11008x4096 u4 30.0-30.8 -> 31.2-31.9 us, uint8 32.8-33.6 -> 33.9-34.2; 256x11008x4096 u4 45.5-50.4 -> 47.4-51.1,
+uint8 even (50.8 -> 49.9); 128x28672x8192 u4 even (108.4 -> 109.1), uint8 129.3-134.9 -> 122.4-134.2; 64x28672x8192
+u4 80.2-84.0 -> 81.7-82.7, uint8 even; the decode shapes that split K gain (1x28672x8192 u4 47.8 -> 46.6, uint8 86.0
+-> 83.1, int5 59.1 -> 57.8; 1x11008x4096 u4 16.1 -> 15.2, uint8 24.1 -> 21.9; 1x4096x11008 int5 17.0 -> 17.2). So
+tiles of 2 are the default.
 """
 from __future__ import annotations
 

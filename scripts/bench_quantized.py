@@ -13,6 +13,7 @@
     python scripts/bench_quantized.py --bfloat16 --types uint8,float8_e5m2  # bfloat16 activations (torch's too)
     python scripts/bench_quantized.py --alternate 4 --shapes 256x8192x28672 --types uint4b,float8_e4m3
                                                       # torch and ours timed in turn, four rounds each
+    python scripts/bench_quantized.py --sequence 16   # also per call of 16 calls in a row on 16 weight copies
 
 One table: for every shape (M x K x N) the time of ``torch.matmul`` with float16 (bfloat16) weights, then per
 weight type (group 128 scales unless ``--group``, float16 activations unless ``--bfloat16``, small floats packed
@@ -27,6 +28,13 @@ columns before it is timed; timings are medians of CUDA-event times of the call 
 replayed (host launch time not counted), L2 flushed before each replay (``benchmark_func``: a buffer
 twice the L2 zeroed, then a second one read, so the zeroing's dirty lines are written back before the
 timed call, not during it).
+
+A call timed alone carries a fixed cost on the GPU: the same timing gives 4 us for a one-element fill. With
+``--sequence N`` the table adds, for torch.matmul, tinygemm and ours, the time per call of N calls in a row, each on
+its own copy of the weights (as a model's layers follow one another), captured in one CUDA graph and timed as one:
+every copy is read once a replay, from a flushed L2, and the fixed cost is paid once for the N calls. Beside ours
+it gives a device-to-device copy of as many bytes (half read, half written), timed alone and in a row the same way:
+what a kernel that only moves those bytes takes, fixed costs and all.
 
 Goals (issue 12): u4 g128 at 1x8192x28672 <= 46 us on an H100 (>= 85% of copy bandwidth); every width
 2-8 bits >= 80% of its floor; batch 64-256 at least torch.matmul's speed.
@@ -47,7 +55,7 @@ from tilus_tvm.utils import benchmark_func  # noqa: E402
 from tilus_tvm.schedules.quantized_configs import (WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL,  # noqa: E402
                                                    WGMMA_THREE_GROUPS, Config, choose_config, fit_units)
 from tilus_tvm.schedules.quantized_matmul import pack_weight, quantized_matmul  # noqa: E402
-from tilus_tvm.schedules.quantized_weight import DEFAULT_K_TILE  # noqa: E402
+from tilus_tvm.schedules.quantized_weight import DEFAULT_K_TILE, QuantizedWeight  # noqa: E402
 
 TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "int5b", "uint6b", "uint7b", "uint8", "float8_e4m3", "float6_e3m2",
          "float6_e2m3", "float4_e2m1"]  # every width from 2 to 8 bits
@@ -67,6 +75,7 @@ NO_TMA_ACTIVATIONS = False  # --no-tma-activations: the wgmma rows' activations 
 K_TILE = None  # --k-tile: pack_weight's k_tile (None: its default, tiles of 2; 0: granule-major storage)
 ZERO_POINTS = False  # --zero-points: integer weights have a zero point a group (as AWQ's), floats none
 ACTIVATIONS = torch.float16  # --bfloat16: activations, scales, zero points and torch.matmul's weights in bfloat16
+SEQUENCE = 0  # --sequence: also time calls in a row, each on its own copy of the weights (0: not)
 # the table's wgmma rows (from 49 rows) exist on an sm_90a GPU only: quantized_matmul() picks them there
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
@@ -96,6 +105,13 @@ def timed(fn, repeat: int = 30, warmup: int = 3) -> float:
             graph.replay()
         torch.cuda.synchronize()
     return min(benchmark_func(graph.replay, warmup=1, repeat=repeat) for _ in range(ROUNDS)) * 1e3
+
+
+def timed_in_turn(calls) -> float:
+    """Median microseconds per call of ``calls`` run one after another, timed as one (``timed``): each call reads
+    weights of its own, which the L2 flush before each replay leaves cold, while the fixed cost of a timed launch
+    is paid once for all of them."""
+    return timed(lambda: [call() for call in calls]) / len(calls)
 
 
 def torch_row() -> str:
@@ -198,8 +214,9 @@ def table_config(m: int, fmt) -> Config:
 
 
 def run_ours(w: Weights, m: int, config=None, tune: bool = False):
-    """(microseconds, bytes moved, config) of quantized_matmul for a batch of m rows, checked first.
-    ``tune``: the configuration tuned for the shape (QuantizedMatmul's space, tuned at the first call)."""
+    """(microseconds, microseconds a call in a row of SEQUENCE or None, bytes moved, config) of quantized_matmul for
+    a batch of m rows, checked first. ``tune``: the configuration tuned for the shape (QuantizedMatmul's space, tuned
+    at the first call)."""
     a = torch.randn(m, w.packed.k, device="cuda").to(ACTIVATIONS)
     out = torch.empty(m, w.packed.n, dtype=ACTIVATIONS, device="cuda")
     chosen = config or table_config(m, w.packed.format)
@@ -207,10 +224,13 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
         chosen = replace(chosen, weight_stages=WEIGHT_STAGES, weight_ring=0)
     if config is None and NO_TMA_ACTIVATIONS and chosen.warpgroup_mma:
         chosen = replace(chosen, tma_activations=False, release_barriers=False)
-    if tune:
-        call = lambda: quantized_matmul(a, w.packed, w.scales, w.zeros, out=out, tune=True)  # noqa: E731
-    else:
-        call = lambda: quantized_matmul(a, w.packed, w.scales, w.zeros, out=out, config=chosen)  # noqa: E731
+
+    def launch(packed, scales, zeros):
+        if tune:
+            return quantized_matmul(a, packed, scales, zeros, out=out, tune=True)
+        return quantized_matmul(a, packed, scales, zeros, out=out, config=chosen)
+
+    call = lambda: launch(w.packed, w.scales, w.zeros)  # noqa: E731
     call()
     w.check(a, out)
     if tune:  # the choice, read back from the tuning database for the arguments quantized_matmul launched
@@ -223,7 +243,13 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
         zeros = w.zeros if w.zeros is not None else w.scales
         config = engine.choose(tunable_of(kernel), (m, a, w.packed.storage, w.scales, zeros, out, workspace)).config
         chosen = Config(**{**chosen.__dict__, **config, "split_reduce": "kernel"})
-    return timed(call), w.nbytes + a.numel() * 2 + out.numel() * 2, chosen
+    in_turn = None
+    if SEQUENCE:  # the checked weight, then copies of it in memory of their own
+        sets = [(w.packed, w.scales, w.zeros)] + [
+            (QuantizedWeight(w.packed.storage.clone(), w.packed.format), w.scales.clone(),
+             None if w.zeros is None else w.zeros.clone()) for _ in range(SEQUENCE - 1)]
+        in_turn = timed_in_turn([lambda s=s: launch(*s) for s in sets])
+    return timed(call), in_turn, w.nbytes + a.numel() * 2 + out.numel() * 2, chosen
 
 
 def run_table(shapes, types, bandwidth, tuned: bool = False):
@@ -236,7 +262,14 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
             a = torch.randn(m, k, device="cuda").to(ACTIVATIONS)
             w16 = torch.randn(k, n, device="cuda").to(ACTIVATIONS)
             tiny = tinygemm(m, k, n)
-            baseline[(m, k, n)] = (timed(lambda: torch.matmul(a, w16)), timed(tiny) if tiny else None)
+            times = [timed(lambda: torch.matmul(a, w16)), timed(tiny) if tiny else None]
+            if SEQUENCE:  # each call on its own copy of the weights
+                w16s = [w16] + [w16.clone() for _ in range(SEQUENCE - 1)]
+                times.append(timed_in_turn([lambda w=w: torch.matmul(a, w) for w in w16s]))
+                times.append(timed_in_turn([tiny] + [tinygemm(m, k, n) for _ in range(SEQUENCE - 1)]) if tiny
+                             else None)
+                del w16s
+            baseline[(m, k, n)] = times
             del w16
         for name in types:
             weights = Weights(name, k, n)  # one weight set at a time: the large ones take GBs to build
@@ -244,32 +277,59 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
                 for label in (name, f"{name} tuned") if tuned else (name,):
                     try:
                         ours[(m, k, n, label)] = run_ours(weights, m, tune=label != name)
+                        if SEQUENCE:
+                            ours[(m, k, n, label)] += copy_times(ours[(m, k, n, label)][2])
                     except Exception as exc:  # noqa: BLE001 - a failing row is reported, the table goes on
                         ours[(m, k, n, label)] = exc
+                    torch.cuda.empty_cache()  # (the copies of the weights for SEQUENCE)
             del weights
             torch.cuda.empty_cache()
+    in_turn = (f"{'in a row':>10}{'of floor':>10}{'vs torch':>10}{'copy alone':>12}{'in a row':>10}" if SEQUENCE
+               else "")
     print(f"\n{'shape MxKxN':<18}{'weights':<14}{'MB moved':>9}{'floor us':>10}{'time us':>10}{'of floor':>10}"
-          f"{'vs torch':>10}{'vs tinygemm':>13}  config")
+          f"{'vs torch':>10}{'vs tinygemm':>13}{in_turn}  config")
     for m, k, n in shapes:
-        t_torch, t_tiny = baseline[(m, k, n)]
+        t_torch, t_tiny, *row = baseline[(m, k, n)]
+        seq_torch, seq_tiny = row or (None, None)
         shape = f"{m}x{k}x{n}"
         print(f"{shape:<18}{torch_row():<14}{m * k * 2e-6 + k * n * 2e-6 + m * n * 2e-6:9.1f}{'':>10}"
-              f"{t_torch:10.1f}{'':>10}{'1.00x':>10}")
+              f"{t_torch:10.1f}{'':>10}{'1.00x':>10}{'':>{13 if SEQUENCE else 0}}{in_row(seq_torch, None, seq_torch)}")
         if t_tiny is not None:
             print(f"{'':<18}{'u4 tinygemm':<14}{'':>9}{'':>10}{t_tiny:10.1f}{'':>10}{t_torch / t_tiny:9.2f}x"
-                  f"{'1.00x':>13}  torch._weight_int4pack_mm, bf16")
+                  f"{'1.00x':>13}{in_row(seq_tiny, None, seq_torch)}{'':>{22 if SEQUENCE else 0}}"
+                  "  torch._weight_int4pack_mm, bf16")
         for name in [label for t in types for label in ((t, f"{t} tuned") if tuned else (t,))]:
             result = ours[(m, k, n, name)]
             if isinstance(result, Exception):
                 print(f"{'':<18}{name:<14}  FAILED: {type(result).__name__}: {str(result)[:150]}")
                 continue
-            t_ours, nbytes, config = result
+            t_ours, seq_ours, nbytes, config, *copy = result
             floor = nbytes / bandwidth
             tiny_text = f"{t_tiny / t_ours:12.2f}x" if (t_tiny and name.startswith("uint4b")) else f"{'-':>13}"
             if ZERO_POINTS and dtypes.as_dtype(name.split()[0]).is_integer:
                 name = name.replace(" ", "+z ", 1) if " " in name else name + "+z"  # (zero points)
+            copy_text = f"{copy[0]:12.1f}{copy[1]:10.1f}" if copy else ""
             print(f"{'':<18}{name:<14}{nbytes / 1e6:9.1f}{floor:10.1f}{t_ours:10.1f}{floor / t_ours:10.0%}"
-                  f"{t_torch / t_ours:9.2f}x{tiny_text}  {config_text(config)}")
+                  f"{t_torch / t_ours:9.2f}x{tiny_text}{in_row(seq_ours, floor, seq_torch)}{copy_text}"
+                  f"  {config_text(config)}")
+
+
+def copy_times(nbytes: int) -> tuple:
+    """Microseconds of a device-to-device copy moving ``nbytes`` (half read, half written): alone, and a call in a
+    row of SEQUENCE, each on buffers of its own."""
+    pairs = [(torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda"),
+              torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")) for _ in range(SEQUENCE)]
+    calls = [lambda src=src, dst=dst: dst.copy_(src) for src, dst in pairs]
+    return timed(calls[0]), timed_in_turn(calls)
+
+
+def in_row(t, floor, t_torch) -> str:
+    """The columns of a call in a row of SEQUENCE: its time, its share of the floor and its speed-up over torch."""
+    if not SEQUENCE:
+        return ""
+    if t is None:
+        return f"{'':>30}"
+    return f"{t:10.1f}{f'{floor / t:.0%}' if floor else '':>10}{t_torch / t:9.2f}x"
 
 
 def alternate(shapes, types, rounds: int):
@@ -350,7 +410,7 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
             candidates = list(dict.fromkeys(wgmma)) + candidates
     for config in candidates:
         try:
-            t_ours, nbytes, _ = run_ours(w, m, config)
+            t_ours, _, nbytes, _ = run_ours(w, m, config)
             results.append((t_ours, nbytes, config))
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"# {config}: {type(exc).__name__}: {str(exc)[:160]}")
@@ -390,11 +450,17 @@ def main():
     parser.add_argument("--split-reduce", choices=["kernel", "serial"], default=None,
                         help="split-K partial sums added by a second kernel (SplitKSum) or in the kernel, by the "
                              "last split to arrive (default: as the table says: serial for decode, kernel for wgmma)")
+    parser.add_argument("--sequence", type=int, default=0, metavar="N",
+                        help="also time each kernel per call of N calls in a row, each on its own copy of the "
+                             "weights, captured in one CUDA graph (the fixed cost of a timed call paid once)")
     parser.add_argument("--alternate", type=int, default=0, metavar="ROUNDS",
                         help="time torch.matmul and ours in turn, ROUNDS times each, at --shapes (default: the "
                              "prefill shapes) for --types (default: uint4b,float8_e4m3), instead of the table")
     args = parser.parse_args()
-    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP, ZERO_POINTS, ACTIVATIONS, K_TILE
+    global SPLIT_REDUCE, WEIGHT_STAGES, NO_TMA_ACTIVATIONS, GROUP, ZERO_POINTS, ACTIVATIONS, K_TILE, SEQUENCE
+    if args.sequence < 0:
+        parser.error(f"--sequence must be a count of calls, got {args.sequence}")
+    SEQUENCE = args.sequence
     SPLIT_REDUCE = args.split_reduce
     K_TILE = args.k_tile
     if args.bfloat16:
@@ -415,9 +481,12 @@ def main():
           f"{triton_packages()}")
     print("# goals: u4 g128 1x8192x28672 <= 46 us; every width 2-8 bits >= 80% of its floor; batch 64-256 >= "
           f"torch.matmul {dtypes.as_dtype(ACTIVATIONS).name} (vs torch >= 1.00x; the issue's goals are for float16)")
+    if SEQUENCE:
+        print(f"# in a row: microseconds a call of {SEQUENCE} calls one after another, each on its own copy of the "
+              "weights, timed as one (the L2 flushed before them)")
     if args.alternate:
-        alternate(parse_shapes(args.shapes) if args.shapes else PREFILL, (args.types or "uint4b,float8_e4m3").split(","),
-                  args.alternate)
+        alternate(parse_shapes(args.shapes) if args.shapes else PREFILL,
+                  (args.types or "uint4b,float8_e4m3").split(","), args.alternate)
         return
     if args.configs:
         weights = [shape[1:] for shape in parse_shapes(args.shapes)] if args.shapes else [(8192, 28672)]

@@ -32,7 +32,7 @@ TEST_GROUPS=(
   "lowp:tests/instructions/test_lowp_gpu.py tests/schedules/test_quantized_placed_gpu.py"
   "qmm:tests/schedules/test_quantized_matmul_gpu.py"
   "relax:tests/relax"
-  "tune:tests/tune/test_library_gpu.py tests/tune/test_tuned_matmul_gpu.py"
+  "tune:tests/tune/test_library_gpu.py tests/tune/test_tuned_matmul_gpu.py tests/tune/test_flushed_runner_gpu.py"
   "tune_tir:tests/tune/test_tir.py"
   "tune_more:tests/tune/test_attention_tune_gpu.py tests/tune/test_rpc_gpu.py"
 )

@@ -122,3 +122,58 @@ def test_the_tuner_removes_the_artifacts_it_timed(tmp_path, monkeypatch):
                         runner=ConfigRunner(add_one_seconds), progress=False)
     assert result.config == {"block_n": 256, "warps": 4}
     assert not [name for name in os.listdir(tmp_path) if name.startswith(measure.ARTIFACT_PREFIX)]
+
+
+class _FakeEvaluatorModule:
+    """A runtime module stand-in: records what ``time_evaluator`` was asked and hands back fixed times."""
+
+    entry_name = "main"
+
+    def __init__(self, times):
+        self.times, self.asked = times, {}
+
+    def time_evaluator(self, func_name, dev, **kwargs):
+        self.asked = dict(kwargs, func_name=func_name)
+
+        class Result:
+            results = self.times
+
+        return lambda *args: Result()
+
+
+def test_gpu_candidates_are_timed_one_call_at_a_time_from_a_flushed_l2(monkeypatch):
+    import tvm
+    import tvm_ffi
+
+    assert tvm_ffi.get_global_func(measure.FLUSH_L2) is not None  # time_evaluator's f_preproc finds it by name
+    monkeypatch.setattr(measure, "_cuda_visible", lambda: True)
+    times = [float(t) for t in range(measure.COLD_RUNS, 0, -1)]  # 20 .. 1, a launch hiccup at 20
+    module = _FakeEvaluatorModule(times)
+
+    class Device:  # a CUDA device, here where there is none
+        dlpack_device_type = tvm.cuda(0).dlpack_device_type
+
+        def sync(self):
+            pass
+
+    device = Device()
+    config = ms.runner.EvaluatorConfig(**measure.EVALUATOR)
+    costs = measure.flushed_run_evaluator(module, device, config, [[]])
+    assert module.asked == dict(func_name="main", number=1, repeat=measure.COLD_RUNS, min_repeat_ms=0,
+                                f_preproc=measure.FLUSH_L2)
+    assert costs == [float(t) for t in range(6, 16)]  # the middle half: quickest and slowest quarters dropped
+
+
+def test_cpu_candidates_keep_metaschedules_evaluation():
+    import tvm
+
+    module = _FakeEvaluatorModule([1.0, 2.0, 3.0])
+    config = ms.runner.EvaluatorConfig(**measure.EVALUATOR)
+    assert measure.flushed_run_evaluator(module, tvm.cpu(0), config, [[]]) == [1.0, 2.0, 3.0]
+    assert module.asked["min_repeat_ms"] == measure.EVALUATOR["min_repeat_ms"] and module.asked["f_preproc"] == ""
+
+
+def test_the_local_runner_flushes_the_l2():
+    runner = measure.default_runner()
+    assert runner.f_run_evaluator is measure.flushed_run_evaluator
+    assert runner.f_alloc_argument is measure.reuse_arguments

@@ -22,6 +22,22 @@ def _l2_flush_bytes(torch: Any) -> int:
     return max(2 * l2_bytes, L2_FLUSH_FLOOR_BYTES)
 
 
+def l2_flush(torch: Any) -> Callable[[], None]:
+    """A function that leaves the current GPU's L2 holding nothing of the work before it, queued on the current
+    stream: a buffer twice the L2 zeroed (which evicts what the L2 held), then a second one of that size read, so
+    that the zeroing's dirty lines are written back then and not during the work timed next. Without the read,
+    on the H100 (50 MB of L2), a kernel that only reads 117 MB took 52.9 us instead of 42.8."""
+    flush_bytes = _l2_flush_bytes(torch)
+    slab = torch.empty(flush_bytes, dtype=torch.int8, device="cuda")
+    clean = torch.zeros(flush_bytes // 4, dtype=torch.float32, device="cuda")
+
+    def flush() -> None:
+        slab.zero_()
+        clean.sum()
+
+    return flush
+
+
 def _count(value: Any, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ScriptError(f"benchmark_func: {name} must be an int >= {minimum}, got {value!r}")
@@ -35,12 +51,9 @@ def benchmark_func(run_func: Callable[[], Any], warmup: int = 5, repeat: int = 2
     and cache warm-up).
 
     Each call is timed with a pair of CUDA events on the current stream. With ``clear_l2_cache``
-    (the default, as in Tilus) a buffer twice the size of the L2 cache is zeroed before each call,
-    outside the timed region, so every call starts from a cold L2 -- the honest setting for
-    memory-bound kernels. A second buffer of that size is then read, also outside the timed region:
-    the zeroing leaves the L2 full of dirty lines, and without the read their write-back to DRAM
-    happens during the timed call, charged to it (on the H100, 50 MB: a kernel that only reads 117 MB
-    took 52.9 us instead of 42.8). Needs a CUDA GPU and torch.
+    (the default, as in Tilus) the L2 is flushed before each call, outside the timed region
+    (:func:`l2_flush`: a buffer twice the L2 zeroed, then another read), so every call starts from a
+    cold L2 -- the honest setting for memory-bound kernels. Needs a CUDA GPU and torch.
 
     >>> ms = benchmark_func(lambda: kernel(n, x, y), warmup=10, repeat=50)  # doctest: +SKIP
     """
@@ -51,11 +64,7 @@ def benchmark_func(run_func: Callable[[], Any], warmup: int = 5, repeat: int = 2
     warmup, repeat = _count(warmup, "warmup", 0), _count(repeat, "repeat", 1)
     if not torch.cuda.is_available():
         raise ScriptError("benchmark_func: times GPU work with CUDA events and needs a CUDA GPU; none is visible")
-    slab = clean = None
-    if clear_l2_cache:
-        flush_bytes = _l2_flush_bytes(torch)
-        slab = torch.empty(flush_bytes, dtype=torch.int8, device="cuda")
-        clean = torch.zeros(flush_bytes // 4, dtype=torch.float32, device="cuda")
+    flush = l2_flush(torch) if clear_l2_cache else None
     for _ in range(warmup):
         run_func()
     torch.cuda.synchronize()
@@ -64,9 +73,8 @@ def benchmark_func(run_func: Callable[[], Any], warmup: int = 5, repeat: int = 2
     if hasattr(torch.cuda, "_sleep"):
         torch.cuda._sleep(QUEUE_AHEAD_CYCLES * repeat)
     for start, end in zip(starts, ends):
-        if slab is not None:
-            slab.zero_()  # evicts what the last call left in the L2 ...
-            clean.sum()  # ... and this read writes the zeroing's dirty lines back before the timed call
+        if flush is not None:
+            flush()  # (l2_flush: outside the timed region)
         start.record()
         run_func()
         end.record()

@@ -54,7 +54,7 @@ from tilus_tvm import dtypes, lowp  # noqa: E402
 from tilus_tvm.utils import benchmark_func  # noqa: E402
 from tilus_tvm.schedules.quantized_configs import (WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL,  # noqa: E402
                                                    WGMMA_THREE_GROUPS, Config, choose_config, fit_units)
-from tilus_tvm.schedules.quantized_matmul import pack_weight, quantized_matmul  # noqa: E402
+from tilus_tvm.schedules.quantized_matmul import pack_weight, quantized_matmul, tuned_config  # noqa: E402
 from tilus_tvm.schedules.quantized_weight import DEFAULT_K_TILE, QuantizedWeight  # noqa: E402
 
 TYPES = ["uint4b", "int4b", "uint2b", "uint3b", "int5b", "uint6b", "uint7b", "uint8", "float8_e4m3", "float6_e3m2",
@@ -215,8 +215,8 @@ def table_config(m: int, fmt) -> Config:
 
 def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     """(microseconds, microseconds a call in a row of SEQUENCE or None, bytes moved, config) of quantized_matmul for
-    a batch of m rows, checked first. ``tune``: the configuration tuned for the shape (QuantizedMatmul's space, tuned
-    at the first call)."""
+    a batch of m rows, checked first. ``tune``: the configuration quantized_matmul(tune=True) launches (the table's
+    with the tile tuned for it, at the first call of its key: ``tuned_config``)."""
     a = torch.randn(m, w.packed.k, device="cuda").to(ACTIVATIONS)
     out = torch.empty(m, w.packed.n, dtype=ACTIVATIONS, device="cuda")
     chosen = config or table_config(m, w.packed.format)
@@ -224,25 +224,15 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
         chosen = replace(chosen, weight_stages=WEIGHT_STAGES, weight_ring=0)
     if config is None and NO_TMA_ACTIVATIONS and chosen.warpgroup_mma:
         chosen = replace(chosen, tma_activations=False, release_barriers=False)
+    if tune:  # the tile tuning chose around the table's configuration (tuned at the first call of its key)
+        chosen = tuned_config(chosen, m, a, w.packed, w.scales, w.zeros is not None, out)
 
     def launch(packed, scales, zeros):
-        if tune:
-            return quantized_matmul(a, packed, scales, zeros, out=out, tune=True)
         return quantized_matmul(a, packed, scales, zeros, out=out, config=chosen)
 
     call = lambda: launch(w.packed, w.scales, w.zeros)  # noqa: E731
     call()
     w.check(a, out)
-    if tune:  # the choice, read back from the tuning database for the arguments quantized_matmul launched
-        from tilus_tvm.schedules.quantized_matmul import QuantizedMatmul
-        from tilus_tvm.tune import engine, library, tunable_of
-
-        kernel = library.tuned_kernel(QuantizedMatmul, fmt=w.packed.format, dtype=dtypes.as_dtype(ACTIVATIONS),
-                                      zero_points=w.zeros is not None, split_k=chosen.split_k, split_reduce="kernel")
-        workspace = torch.empty((chosen.split_k, m, w.packed.n) if chosen.split_k > 1 else (1,), device="cuda")
-        zeros = w.zeros if w.zeros is not None else w.scales
-        config = engine.choose(tunable_of(kernel), (m, a, w.packed.storage, w.scales, zeros, out, workspace)).config
-        chosen = Config(**{**chosen.__dict__, **config, "split_reduce": "kernel"})
     in_turn = None
     if SEQUENCE:  # the checked weight, then copies of it in memory of their own
         sets = [(w.packed, w.scales, w.zeros)] + [
@@ -429,8 +419,8 @@ def main():
                                                        "shapes, or the two of --quick)")
     parser.add_argument("--types", default=None, help=f"comma-separated weight types (default: {','.join(TYPES)})")
     parser.add_argument("--tuned", action="store_true",
-                        help="a row of quantized_matmul(tune=True) under each of ours (tunes 30 configurations "
-                             "a shape and type: pick few --types)")
+                        help="a row of quantized_matmul(tune=True) under each of ours (tunes up to 117 "
+                             "configurations a shape and type: pick few --types)")
     parser.add_argument("--weight-stages", type=int, default=0,
                         help="decode rows (the mma.sync table) load their weights through a TMA ring of this many "
                              "stages (Hopper; 0: straight to registers, the table's way)")

@@ -69,14 +69,22 @@ def weight_format(dtype="uint4b", group_size=128, k=4096, n=256):
 
 
 def test_quantized_space_holds_the_hand_table():
+    """The space holds the tile of every hand-table row, on sm_80 and on sm_90a (wgmma, TMA rings, groups of
+    warps), for weights of 2 to 8 bits in tiles of k-steps or granule-major, at 7B and 70B shapes."""
     from dataclasses import asdict
 
-    fmt = weight_format()
-    configs = tunable_of(tilus.tune.tunable(QuantizedMatmul, fmt=fmt)).configs()
-    assert len(configs) == 56 and space_of(QuantizedMatmul).buckets == {"m_size": "pow2"}
-    for m in (1, 8, 16, 17, 48, 64, 256):
-        chosen = asdict(quantized.choose_config(m, fmt))
-        assert {name: chosen[name] for name in space_of(QuantizedMatmul).names} in configs, m
+    from tilus_tvm.dtypes import as_dtype
+    from tilus_tvm.schedules.quantized_weight import WeightFormat
+
+    configs = tunable_of(tilus.tune.tunable(QuantizedMatmul, fmt=weight_format())).configs()
+    assert len(configs) == 117 and space_of(QuantizedMatmul).buckets == {"m_size": "pow2"}
+    for name in ("uint4b", "uint2b", "uint3b", "int5b", "uint8", "float8_e4m3"):
+        for k, n, k_tile in ((8192, 28672, 2), (4096, 11008, 0), (28672, 8192, 2)):
+            fmt = WeightFormat(as_dtype(name), k, n, 128, k_tile=k_tile)
+            for wgmma in (False, True):
+                for m in (1, 8, 16, 17, 48, 64, 128, 256):
+                    chosen = asdict(quantized.choose_config(m, fmt, wgmma=wgmma))
+                    assert {name: chosen[name] for name in space_of(QuantizedMatmul).names} in configs, (fmt, m)
 
 
 def test_every_library_configuration_is_accepted_by_its_constructor():
@@ -91,6 +99,10 @@ def test_every_library_configuration_is_accepted_by_its_constructor():
         for config in tunable_of(tilus.tune.tunable(QuantizedMatmul, fmt=fmt)).configs():
             if config["units_per_warp"] % fmt.units:  # the ring row's one unit a warp: refused, so the tuner skips it
                 with pytest.raises(ScriptError, match="must be a positive multiple of 2"):
+                    QuantizedMatmul(fmt, bfloat16, **config)
+                continue
+            if config["units_per_warp"] * config["block_m"] > 255 * 2:  # 4 units of 128 rows: skipped likewise
+                with pytest.raises(ScriptError, match="256 float32 accumulators, more than the 255 registers"):
                     QuantizedMatmul(fmt, bfloat16, **config)
                 continue
             QuantizedMatmul(fmt, bfloat16, **config)
@@ -172,11 +184,11 @@ def test_a_float_scalar_is_fixed_and_not_taken_for_a_tensor():
     assert not any(measure.is_scalar_param(p) for p in candidate.params)
 
 
-def test_quantized_matmul_tunes_the_tile_and_keeps_the_tables_split(monkeypatch, launches):
-    """quantized_matmul(tune=True) on the CPU, launches recorded: the fake runner's fastest tile is launched
-    with the split the table gives the batch, and SplitKSum after it (MetaSchedule cannot time the serial
-    reduction's semaphores); ~void tensors are sized for the
-    runner from the call's tensors."""
+def test_quantized_matmul_tunes_the_tile_and_keeps_the_tables_path_and_split(monkeypatch, launches):
+    """quantized_matmul(tune=True) on the CPU, launches recorded: every tile the constructor accepts with the hand
+    table's path and split is timed (writing its partial sums for SplitKSum: MetaSchedule cannot time the serial
+    reduction's counters), and the fake runner's fastest is launched with the table's path, split and reduction;
+    ~void tensors are sized for the runner from the call's tensors."""
     import torch
 
     import tilus_tvm.target
@@ -194,12 +206,23 @@ def test_quantized_matmul_tunes_the_tile_and_keeps_the_tables_split(monkeypatch,
             quantized.quantized_matmul(a, packed, scales, config=quantized.Config(), tune=True)
     finally:
         configure()
-    assert len(runner.runs) == 56
-    kernel, split_sum = (script for script, _ in launches)  # tuned kernels leave the splits to SplitKSum
+    table = quantized.choose_config(3, packed.format)  # (CPU tensors: the sm_80 table)
+    path = {name: getattr(table, name) for name in quantized.TABLE_PATH}
+    accepted = 0
+    for config in tunable_of(tilus.tune.tunable(QuantizedMatmul, fmt=packed.format)).configs():
+        try:
+            QuantizedMatmul(packed.format, float16, split_k=table.split_k, split_reduce="kernel", **path, **config)
+            accepted += 1
+        except ScriptError:
+            continue
+    assert len(runner.runs) == accepted > 56
+    (kernel, _), = launches  # the table's serial reduction: no SplitKSum after it
     chosen = kernel.hyper_parameters()
     assert (chosen["warps"], chosen["units_per_warp"], chosen["block_m"]) == (8, 2, 16)
-    assert chosen["split_k"] == quantized.choose_config(3, packed.format).split_k == split_sum.splits > 1
-    assert chosen["split_reduce"] == "kernel"
+    assert chosen["split_k"] == table.split_k > 1 and chosen["split_reduce"] == table.split_reduce == "serial"
+    table_kernel = quantized.kernel_for(packed.format, torch.float16, False, table).hyper_parameters()
+    assert {name: chosen[name] for name in quantized.TABLE_PATH} == \
+        {name: table_kernel[name] for name in quantized.TABLE_PATH}
 
 
 def test_flat_buffers_take_the_size_of_the_calls_tensors():

@@ -50,8 +50,9 @@ def test_row_kernels_tune(no_more_tuning):
 
 
 def test_quantized_matmul_tune(no_more_tuning):
-    """QuantizedMatmul's space (56 configurations, 8 warps x 4 units and the ring row among them) tuned for
-    8-bit weights at 3 rows; 4 rows share the bucket and launch the choice."""
+    """QuantizedMatmul's space (the tiles the constructor accepts with the hand table's path and split, 8 warps x 4
+    units and the ring row among them) tuned for 8-bit weights at 3 rows; 4 rows share the bucket and launch the
+    choice."""
     import math
 
     import torch

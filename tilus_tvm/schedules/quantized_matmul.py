@@ -100,13 +100,14 @@ the second launch (5-10 us of host time outside a CUDA graph); the ``wgmma`` row
 SplitKSum, which spreads the sum over the GPU where the serial sum left one block a tile reading every split's
 partial sums (their table: ``choose_config``).
 
-``QuantizedMatmul`` carries an ``opt_in`` ``@autotune`` space of 56 configurations (the block's
-channels as warps x units, and its batch rows with the matching load path), which holds every
-configuration of the hand table. ``quantized_matmul(..., tune=True)`` launches the tuned one; K's
-split is not tuned: it is the hand table's for the batch (:func:`choose_config`), fixed for the
-tuning, so every candidate is timed with the same split. Tuned kernels add the splits up with
-:class:`SplitKSum`: MetaSchedule times kernels in destination-passing form, which cannot hold the
-counters of the serial reduction.
+``QuantizedMatmul`` carries an ``opt_in`` ``@autotune`` space of 117 configurations: the block's channels as
+warps x units (``TUNED_CHANNELS``) times its batch rows with their load path (``TUNED_ROWS``), which hold the tile
+of every configuration of the hand table. ``quantized_matmul(..., tune=True)`` tunes them around the hand table's
+configuration for the call (:func:`tuned_config`): its weights' path (the TMA ring, its barriers, fixed slots, the
+groups of warps, ``wgmma``; ``TABLE_PATH``) and K's split stay the table's, so every candidate is timed with them and
+the table's own tile is among the candidates. MetaSchedule times kernels in destination-passing form, which cannot
+hold the counters of the serial reduction, so the candidates write their partial sums for :class:`SplitKSum`; the
+choice is launched with the table's reduction.
 
 The hand table -- :class:`Config`, the rows named above (``CONFIGS``, ``HOPPER_CONFIGS``, ``IN_BLOCK_SPLIT``, the
 ``WGMMA_*`` tiles) with the measurements that chose them, and :func:`choose_config` -- is
@@ -133,7 +134,7 @@ from tilus_tvm.schedules.quantized_weight import (QuantizedWeight, WeightFormat,
 from tilus_tvm.tune.library import tuned_kernel, use_tuned
 
 __all__ = ["QuantizedMatmul", "SplitKSum", "Config", "quantized_matmul", "pack_weight", "quantize_weight", "dequantize",
-           "QuantizedWeight", "kernel_layouts", "choose_config"]
+           "QuantizedWeight", "kernel_layouts", "choose_config", "tuned_config"]
 
 
 def kernel_layouts(fmt: WeightFormat, warps: int, units_per_warp: int, block_m: int, dtype: Any, k_groups: int = 1):
@@ -215,14 +216,20 @@ FUSED_SCALES_MIN_ROWS = 64
 # format's units). 8 x 4 is there for 8-bit weights: at 1x8192x28672 on the H100 it took uint8 from
 # 122 us (the table's 4 x 2) to 100 us (split_k 2 both; timed with each call waited for, host time included).
 # 4 x 1 is the ring row's (formats whose lanes pair units refuse it: the tuner skips it for them).
-TUNED_CHANNELS = [(2, 2), (4, 2), (8, 2), (2, 4), (4, 4), (8, 4), (4, 1)]
+# 8 x 1 and 12 x 1 are the wgmma tiles' of one unit a warp (two and three warpgroups of 64 channels).
+TUNED_CHANNELS = [(2, 2), (4, 2), (8, 2), (2, 4), (4, 4), (8, 4), (4, 1), (8, 1), (12, 1)]
 # (block_m, prefetch, stage_activations, stages, scale_weights, weight_ring): batch rows with the load path
 # that suits them -- registers with two k-steps of weights in flight, or the per-thread ring, for decode
-# batches, cp.async-staged activations and scaled weights for larger ones (the hand table's rows, and 32
-# rows unstaged)
+# batches, cp.async-staged activations (two or three stages, one or two k-steps of weights ahead) from 1 row,
+# scaled weights for larger ones up to the wgmma tiles' 128 rows (the hand table's rows, and 32 rows unstaged)
 TUNED_ROWS = [(8, 2, False, 2, False, 0), (8, 2, False, 2, False, 4), (8, 2, True, 3, False, 0),
-              (16, 2, True, 3, False, 0), (16, 1, True, 3, False, 0), (32, 2, False, 2, False, 0),
-              (32, 1, True, 3, True, 0), (64, 1, True, 3, True, 0)]
+              (8, 1, True, 2, False, 0), (16, 2, True, 3, False, 0), (16, 1, True, 3, False, 0),
+              (16, 1, True, 2, False, 0), (32, 2, False, 2, False, 0), (32, 1, True, 3, True, 0),
+              (64, 1, True, 3, True, 0), (64, 1, True, 4, True, 0), (64, 2, True, 3, True, 0),
+              (128, 1, True, 3, True, 0)]
+# The hand table's choices that tuning keeps (tuned_config): how the weights and activations travel
+TABLE_PATH = ("weight_stages", "release_barriers", "fixed_slots", "k_groups", "warpgroup_mma", "tma_activations",
+              "min_blocks", "fused_scales")
 
 
 @tilus.autotune("warps, units_per_warp", TUNED_CHANNELS, bucket={"m_size": "pow2"}, opt_in=True)
@@ -850,6 +857,28 @@ class SplitKSum(tilus.Script):
 _KERNELS: dict = {}
 
 
+def tuned_config(config: Config, m: int, rows: Any, weight: QuantizedWeight, scales: Any, zero_points: bool,
+                 out: Any) -> Config:
+    """``config`` (the hand table's for the call) with the block's tile and batch rows that tuning chose for it:
+    QuantizedMatmul's space tuned with the table's ``TABLE_PATH`` and split fixed (at the first call of a key: the
+    weight format, the activations' type, zero points, the path, the split, M rounded up to a power of two, the
+    GPU; later calls and processes read the choice). The candidates write their split's partial sums for
+    SplitKSum (MetaSchedule's destination-passing form cannot hold the serial reduction's counters); the
+    returned configuration keeps the table's reduction."""
+    import torch
+
+    from tilus_tvm.tune import tunable_of
+
+    fmt, half = weight.format, (bfloat16 if rows.dtype == torch.bfloat16 else float16)
+    kernel = tuned_kernel(QuantizedMatmul, fmt=fmt, dtype=half, zero_points=zero_points, split_k=config.split_k,
+                          split_reduce="kernel", **{name: getattr(config, name) for name in TABLE_PATH})
+    tunable = tunable_of(kernel)
+    workspace = torch.empty((config.split_k, m, fmt.n) if config.split_k > 1 else (1,), dtype=torch.float32,
+                            device=rows.device)
+    chosen = tunable.kernel_for((m, rows, weight.storage, scales, scales, out, workspace)).hyper_parameters()
+    return replace(config, **{name: chosen[name] for name in tunable.space.names})
+
+
 def kernel_for(fmt: WeightFormat, dtype: Any, zero_points: bool, config: Config) -> QuantizedMatmul:
     key = (fmt, as_dtype(dtype).name, bool(zero_points), config)
     if key not in _KERNELS:
@@ -882,9 +911,9 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
     packed for a's dtype (``pack_weight(..., activations=)``); either packing gives the same result.
     ``out`` ([..., N], a's dtype, contiguous) receives the result.
     ``config`` (a :class:`Config`) overrides the kernel configuration :func:`choose_config` picks.
-    ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) takes the block's tile from the
-    tuning database instead (the first call of a key -- the weight format, dtypes, the GPU, M rounded
-    up to a power of two -- tunes ``QuantizedMatmul``'s space), K's split still from the table.
+    ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) takes the block's tile and batch rows
+    from the tuning database instead (:func:`tuned_config`: the first call of a key tunes
+    ``QuantizedMatmul``'s space), the weights' path and K's split still from the table.
     Every argument is checked before anything is launched.
 
     >>> qw, s, _ = quantize_weight(w, "uint4b", group_size=128)      # doctest: +SKIP
@@ -926,14 +955,9 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
         sms = _multiprocessors(a.device.index if a.device.index is not None else 0) if a.is_cuda else 132
         config = choose_config(m, fmt, sms, wgmma=a.is_cuda and torch.cuda.get_device_capability(a.device) == (9, 0),
                                zero_points=zeros is not None, dtype=half.name)
-    if tuned:
-        # MetaSchedule times kernels in destination-passing form, which cannot hold the semaphores of the
-        # serial reduction (a persistent workspace): tuned kernels leave the split-K sum to SplitKSum
-        config = replace(config, split_reduce="kernel")
-        kernel = tuned_kernel(QuantizedMatmul, fmt=fmt, dtype=half,
-                              zero_points=zeros is not None, split_k=config.split_k, split_reduce=config.split_reduce)
-    else:
-        kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
+    if tuned and m:
+        config = tuned_config(config, m, rows, packed_weight, scales.contiguous(), zeros is not None, out)
+    kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
     if not m:
         return out
     splits = config.split_k if config.split_reduce == "kernel" else 1  # partial sums that SplitKSum adds up

@@ -196,15 +196,29 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
 # 46.9-47.0 -> 47.7; u3 39.2-39.9 -> 38.7-39.6 at 1 row but 8 rows and groups of 32-64 even or slower). At 16 rows
 # the 2- and 3-bit weights keep their row: the 9-16-row ring tile in two groups took u2 43.5-45.1 -> 44.1-45.9, u3
 # 48.0-49.4 the same (prefetch=2 alike).
+# The 9-16-row ring tile in two groups takes two warps of 4 units a group (the block's 128 channels as before, 4 warps
+# instead of 8) where a k-step is one scale group: QuantizedMatmul's tuning (tune=True) chose it at 16x8192x28672.
+# H100, A/B in one process, three runs each, every output checked: 16x8192x28672 u4 50.0-51.7 -> 46.1-47.8 us, int4
+# 50.3-54.5 -> 46.4-48.8, fp4 e2m1 50.1-52.4 -> 46.1-46.8; 12 rows u4 49.1-49.4 -> 45.9-46.0. Not taken there: the rows
+# without groups of warps (16 rows int5 59.1-59.6 -> 61.6-62.0, uint6 70.0-70.3 -> 71.4-71.6, 16x4096x11008 u4 split
+# in 4 17.0 -> 18.8, 16x28672x8192 u4 split in 8 52.8-53.2 -> 61.3-61.7); the 4-bit decode row in groups was even (1
+# row u4 44.9-45.2 against 44.8-45.2, 8 rows 45.3-45.6 against 45.1-45.4), and so were groups of 64 inputs at 16 rows
+# (u4 48.9-50.9 against 48.8-50.1, fp4 49.9-50.2 against 49.3-51.4). 9 rows took it: u4 47.8-49.0 -> 45.9-46.4. The
+# 3-bit decode row in groups measured faster with it (same method, a later run, outputs checked): 1x8192x28672 u3
+# 37.7-38.8 -> 37.2-37.3, 8 rows 38.7-39.1 -> 37.6, but is not taken yet: the session's device time ran out before
+# its GPU tests (N not a multiple of the tile, zero points, bfloat16) could run. The 2-bit one was mixed (1 row u2
+# 33.0-33.3 -> 32.5-32.9, 8 rows 33.6-33.8 -> 33.1-34.2).
 _STAGED_DECODE_GROUPS = replace(_HOPPER_DECODE_RING, stage_activations=True, stages=2, prefetch=1, min_blocks=2,
                                 k_groups=2)
 _STAGED_TWO_BIT_GROUPS = replace(_STAGED_DECODE_GROUPS, weight_stages=4)
+_SIXTEEN_ROW_GROUPS = replace(_SIXTEEN_ROW_RING, k_groups=2, min_blocks=2)
 # (the tile split in two over the grid, the most rows that take the split inside the block by the weights' width in
-# bits, the most scale groups a k-step, the tile taken instead)
+# bits, the most scale groups a k-step, the tile taken instead): the first that matches
 IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None, _STAGED_DECODE_GROUPS),
                   (_THREE_BIT_RING, {3: 8}, None, _STAGED_DECODE_GROUPS),
                   (_REGISTER_DECODE, {2: 8}, None, _STAGED_TWO_BIT_GROUPS),
-                  (_SIXTEEN_ROW_RING, {4: 16}, 2, replace(_SIXTEEN_ROW_RING, k_groups=2, min_blocks=2)))
+                  (_SIXTEEN_ROW_RING, {4: 16}, 1, replace(_SIXTEEN_ROW_GROUPS, warps=2, units_per_warp=4)),
+                  (_SIXTEEN_ROW_RING, {4: 16}, 2, _SIXTEEN_ROW_GROUPS))
 
 
 # With wgmma (an sm_90a GPU), from 49 rows: converted weights as the register A operand of wgmma, staged

@@ -726,8 +726,8 @@ def test_wgmma_tiles_from_65_rows_take_scales_into_the_conversion():
 def test_nine_to_sixteen_row_rows_ask_for_four_blocks_an_sm():
     """The 9-16-row rows (2- and 3-bit weights, and on sm_90a the TMA ring of 4- to 7-bit weights) launch with at most
     128 registers a thread, so that 4 blocks fit an SM where k-steps of several groups would take more (2 blocks of
-    twice the warps where K is split inside the block); the decode rows up to 8 rows ask for none, or 2 blocks of 8
-    warps where they split K inside the block."""
+    twice the warps where K is split inside the block, or at one scale group a k-step of two groups of two warps);
+    the decode rows up to 8 rows ask for none, or 2 blocks of 8 warps where they split K inside the block."""
     for name, group, wgmma, k, n in (("uint2b", 32, False, 8192, 28672), ("uint3b", 128, True, 8192, 28672),
                                      ("uint4b", 32, True, 8192, 28672), ("int5b", 128, True, 8192, 28672)):
         fmt = WeightFormat(dtypes.as_dtype(name), k, n, group)
@@ -735,7 +735,8 @@ def test_nine_to_sixteen_row_rows_ask_for_four_blocks_an_sm():
         assert config.min_blocks == 4 and config.block_m == 16, (name, group, config)
         decode = choose_config(1, fmt, 132, wgmma=wgmma)
         assert decode.min_blocks == (2 if decode.k_groups > 1 else 0), (name, group, decode)
-    for k, n, group, bounds in ((4096, 11008, 32, "(128, 4)"), (8192, 28672, 128, "(256, 2)")):
+    for k, n, group, bounds in ((4096, 11008, 32, "(128, 4)"), (8192, 28672, 64, "(256, 2)"),
+                                (8192, 28672, 128, "(128, 2)")):
         fmt = WeightFormat(dtypes.uint4b, k, n, group)
         kernel, compiled = compile_kernel(fmt, 16, choose_config(16, fmt, 132, wgmma=True), target="sm_90a")
         assert f"__launch_bounds__{bounds}" in compiled.cuda_source
@@ -781,9 +782,11 @@ def test_table_rows_for_five_and_seven_bit_weights():
     assert (short.weight_stages, short.stage_activations, short.split_k) == (3, True, 4)
     for name in ("uint4b", "int5b", "float6_e2m3", "uint7b"):  # 9-16 rows: the ring, activations staged two deep
         wide = choose_config(16, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True)
-        # (4-bit weights: K split in two inside the block, see test_the_hopper_decode_row_splits_k_inside_the_block)
-        assert (wide.weight_stages, wide.stage_activations, wide.stages, wide.split_k * wide.k_groups, wide.warps) \
-            == (3, True, 2, 2, 4)
+        # (4-bit weights: K split in two inside the block, see test_the_hopper_decode_row_splits_k_inside_the_block,
+        # over two groups of two warps of 4 units)
+        assert (wide.weight_stages, wide.stage_activations, wide.stages, wide.split_k * wide.k_groups,
+                wide.warps * wide.units_per_warp) == (3, True, 2, 2, 8)
+        assert (wide.warps, wide.units_per_warp) == ((2, 4) if name == "uint4b" else (4, 2))
     for name in ("uint8", "uint3b"):
         assert not choose_config(16, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True).weight_stages
     # 86 tiles at 16x4096x11008: the ring with K split in 4 (test_the_hopper_decode_row_splits_grids_smaller_than_the_sms)

@@ -225,7 +225,8 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
     if config is None and NO_TMA_ACTIVATIONS and chosen.warpgroup_mma:
         chosen = replace(chosen, tma_activations=False, release_barriers=False)
     if tune:  # the tile tuning chose around the table's configuration (tuned at the first call of its key)
-        chosen = tuned_config(chosen, m, a, w.packed, w.scales, w.zeros is not None, out)
+        chosen = tuned_config(chosen, dtypes.as_dtype(ACTIVATIONS), m, a, w.packed, w.scales, w.zeros is not None,
+                              out)
 
     def launch(packed, scales, zeros):
         return quantized_matmul(a, packed, scales, zeros, out=out, config=chosen)

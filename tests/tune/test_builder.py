@@ -146,7 +146,9 @@ def test_gpu_candidates_are_timed_one_call_at_a_time_from_a_flushed_l2(monkeypat
     import tvm_ffi
 
     assert tvm_ffi.get_global_func(measure.FLUSH_L2) is not None  # time_evaluator's f_preproc finds it by name
-    monkeypatch.setattr(measure, "_cuda_visible", lambda: True)
+    from tilus_tvm.lang import arguments
+
+    monkeypatch.setattr(arguments, "cuda_available", lambda: True)
     times = [float(t) for t in range(measure.COLD_RUNS, 0, -1)]  # 20 .. 1, a launch hiccup at 20
     module = _FakeEvaluatorModule(times)
 

@@ -857,24 +857,29 @@ class SplitKSum(tilus.Script):
 _KERNELS: dict = {}
 
 
-def tuned_config(config: Config, m: int, rows: Any, weight: QuantizedWeight, scales: Any, zero_points: bool,
-                 out: Any) -> Config:
+def _partial_sums(splits: int, m: int, n: int, device: Any):
+    """The float32 workspace of ``splits`` splits' partial sums [splits, m, n] for SplitKSum (one element where K is
+    not split: the kernel's argument is still a tensor)."""
+    import torch
+
+    return torch.empty((splits, m, n) if splits > 1 else (1,), dtype=torch.float32, device=device)
+
+
+def tuned_config(config: Config, half: Any, m: int, rows: Any, weight: QuantizedWeight, scales: Any,
+                 zero_points: bool, out: Any) -> Config:
     """``config`` (the hand table's for the call) with the block's tile and batch rows that tuning chose for it:
     QuantizedMatmul's space tuned with the table's ``TABLE_PATH`` and split fixed (at the first call of a key: the
     weight format, the activations' type, zero points, the path, the split, M rounded up to a power of two, the
     GPU; later calls and processes read the choice). The candidates write their split's partial sums for
     SplitKSum (MetaSchedule's destination-passing form cannot hold the serial reduction's counters); the
-    returned configuration keeps the table's reduction."""
-    import torch
-
+    returned configuration keeps the table's reduction. ``half``: the activations' type (float16 or bfloat16)."""
     from tilus_tvm.tune import tunable_of
 
-    fmt, half = weight.format, (bfloat16 if rows.dtype == torch.bfloat16 else float16)
+    fmt = weight.format
     kernel = tuned_kernel(QuantizedMatmul, fmt=fmt, dtype=half, zero_points=zero_points, split_k=config.split_k,
                           split_reduce="kernel", **{name: getattr(config, name) for name in TABLE_PATH})
     tunable = tunable_of(kernel)
-    workspace = torch.empty((config.split_k, m, fmt.n) if config.split_k > 1 else (1,), dtype=torch.float32,
-                            device=rows.device)
+    workspace = _partial_sums(config.split_k, m, fmt.n, rows.device)
     chosen = tunable.kernel_for((m, rows, weight.storage, scales, scales, out, workspace)).hyper_parameters()
     return replace(config, **{name: chosen[name] for name in tunable.space.names})
 
@@ -956,12 +961,12 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
         config = choose_config(m, fmt, sms, wgmma=a.is_cuda and torch.cuda.get_device_capability(a.device) == (9, 0),
                                zero_points=zeros is not None, dtype=half.name)
     if tuned and m:
-        config = tuned_config(config, m, rows, packed_weight, scales.contiguous(), zeros is not None, out)
+        config = tuned_config(config, half, m, rows, packed_weight, scales.contiguous(), zeros is not None, out)
     kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
     if not m:
         return out
     splits = config.split_k if config.split_reduce == "kernel" else 1  # partial sums that SplitKSum adds up
-    workspace = torch.empty((splits, m, fmt.n) if splits > 1 else (1,), dtype=torch.float32, device=a.device)
+    workspace = _partial_sums(splits, m, fmt.n, a.device)
     kernel(m, rows, packed_weight.storage, scales.contiguous(), (zeros if zeros is not None else scales).contiguous(),
            out, workspace)
     if splits > 1:  # in the shapes SplitKSum's entry check expects: a refused argument costs a slow relaunch

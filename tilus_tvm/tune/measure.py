@@ -310,7 +310,9 @@ def flushed_run_evaluator(rt_mod, device, evaluator_config, repeated_args) -> li
     from a cold one. Where torch sees no CUDA device, MetaSchedule's evaluation as configured."""
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
 
-    if device.dlpack_device_type() != tvm.cuda(0).dlpack_device_type() or not _cuda_visible():
+    from tilus_tvm.lang import arguments
+
+    if device.dlpack_device_type() != tvm.cuda(0).dlpack_device_type() or not arguments.cuda_available():
         return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
     evaluator = rt_mod.time_evaluator(rt_mod.entry_name, device, number=1, repeat=COLD_RUNS, min_repeat_ms=0,
                                       f_preproc=FLUSH_L2)
@@ -321,14 +323,6 @@ def flushed_run_evaluator(rt_mod, device, evaluator_config, repeated_args) -> li
     costs.sort()
     quarter = len(costs) // 4
     return costs[quarter:len(costs) - quarter]
-
-
-def _cuda_visible() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
 
 
 def evaluator_config():

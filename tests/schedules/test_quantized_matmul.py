@@ -285,7 +285,8 @@ def test_the_hopper_decode_row_splits_grids_smaller_than_the_sms():
 def test_the_hopper_decode_row_splits_k_inside_the_block():
     """Where the 4-6-bit decode row would split K in two over the grid, it splits it over two groups of warps of a
     block instead (k_groups=2, its activations staged, two blocks an SM asked), up to 8 rows, and so do the 2- and
-    3-bit rows (the same tile in their place, a ring of 4 k-steps for 2-bit weights); so does the 9-16-row ring tile
+    3-bit rows (the same tile in their place, a ring of 4 k-steps for 2-bit weights, two warps of 4 units a group for
+    3-bit weights where a k-step is one scale group); so does the 9-16-row ring tile
     for 4-bit weights in groups of 64 or more; a K split in 4, an odd number of k-steps, 7- and 8-bit weights, 2-7-bit
     weights but 4-bit at 9-16 rows and GPUs without sm_90a keep the grid's split."""
     def chosen(m, name, k=8192, n=28672, group=128, **kwargs):
@@ -296,9 +297,13 @@ def test_the_hopper_decode_row_splits_k_inside_the_block():
         for name in ("uint4b", "int4b", "float4_e2m1", "int5b", "uint6b", "float6_e3m2", "uint3b", "int3b", "uint2b"):
             assert chosen(m, name) == (1, 2), (m, name)
             decode = choose_config(m, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True)
-            assert (decode.units_per_warp, decode.block_m, decode.stage_activations, decode.stages, decode.prefetch,
-                    decode.min_blocks, decode.weight_stages) == (2, 8, True, 2, 1, 2, 4 if name == "uint2b" else 3), \
-                (m, name)
+            three = name in ("uint3b", "int3b")  # (two warps of 4 units a group where a k-step is one scale group)
+            assert (decode.warps, decode.units_per_warp, decode.block_m, decode.stage_activations, decode.stages,
+                    decode.prefetch, decode.min_blocks, decode.weight_stages) == \
+                (2 if three else 4, 4 if three else 2, 8, True, 2, 1, 2, 4 if name == "uint2b" else 3), (m, name)
+        for group in (32, 64):  # (3-bit weights: two or more scale groups a k-step keep 4 warps of 2 units)
+            wide = choose_config(m, WeightFormat(dtypes.uint3b, 8192, 28672, group), 132, wgmma=True)
+            assert (wide.warps, wide.units_per_warp, wide.k_groups) == (4, 2, 2), (m, group)
         assert chosen(m, "uint7b") == chosen(m, "uint8") == (2, 1), m
         for group in (32, 64):
             assert chosen(m, "uint3b", group=group) == chosen(m, "uint2b", group=group) == (1, 2), (m, group)

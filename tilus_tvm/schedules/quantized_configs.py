@@ -203,11 +203,10 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
 # without groups of warps (16 rows int5 59.1-59.6 -> 61.6-62.0, uint6 70.0-70.3 -> 71.4-71.6, 16x4096x11008 u4 split
 # in 4 17.0 -> 18.8, 16x28672x8192 u4 split in 8 52.8-53.2 -> 61.3-61.7); the 4-bit decode row in groups was even (1
 # row u4 44.9-45.2 against 44.8-45.2, 8 rows 45.3-45.6 against 45.1-45.4), and so were groups of 64 inputs at 16 rows
-# (u4 48.9-50.9 against 48.8-50.1, fp4 49.9-50.2 against 49.3-51.4). 9 rows took it: u4 47.8-49.0 -> 45.9-46.4. The
-# 3-bit decode row in groups measured faster with it (same method, a later run, outputs checked): 1x8192x28672 u3
-# 37.7-38.8 -> 37.2-37.3, 8 rows 38.7-39.1 -> 37.6, but is not taken yet: the session's device time ran out before
-# its GPU tests (N not a multiple of the tile, zero points, bfloat16) could run. The 2-bit one was mixed (1 row u2
-# 33.0-33.3 -> 32.5-32.9, 8 rows 33.6-33.8 -> 33.1-34.2).
+# (u4 48.9-50.9 against 48.8-50.1, fp4 49.9-50.2 against 49.3-51.4). 9 rows took it: u4 47.8-49.0 -> 45.9-46.4. So
+# does the 3-bit decode row in groups where a k-step is one scale group (same method, outputs checked): 1x8192x28672
+# u3 37.7-38.8 -> 37.2-37.3, 8 rows 38.7-39.1 -> 37.6. The 2-bit one was mixed (1 row u2 33.0-33.3 -> 32.5-32.9, 8
+# rows 33.6-33.8 -> 33.1-34.2), not taken.
 _STAGED_DECODE_GROUPS = replace(_HOPPER_DECODE_RING, stage_activations=True, stages=2, prefetch=1, min_blocks=2,
                                 k_groups=2)
 _STAGED_TWO_BIT_GROUPS = replace(_STAGED_DECODE_GROUPS, weight_stages=4)
@@ -215,6 +214,7 @@ _SIXTEEN_ROW_GROUPS = replace(_SIXTEEN_ROW_RING, k_groups=2, min_blocks=2)
 # (the tile split in two over the grid, the most rows that take the split inside the block by the weights' width in
 # bits, the most scale groups a k-step, the tile taken instead): the first that matches
 IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None, _STAGED_DECODE_GROUPS),
+                  (_THREE_BIT_RING, {3: 8}, 1, replace(_STAGED_DECODE_GROUPS, warps=2, units_per_warp=4)),
                   (_THREE_BIT_RING, {3: 8}, None, _STAGED_DECODE_GROUPS),
                   (_REGISTER_DECODE, {2: 8}, None, _STAGED_TWO_BIT_GROUPS),
                   (_SIXTEEN_ROW_RING, {4: 16}, 1, replace(_SIXTEEN_ROW_GROUPS, warps=2, units_per_warp=4)),

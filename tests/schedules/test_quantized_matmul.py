@@ -288,7 +288,8 @@ def test_the_hopper_decode_row_splits_k_inside_the_block():
     3-bit rows (the same tile in their place, a ring of 4 k-steps for 2-bit weights, two warps of 4 units a group for
     3-bit weights where a k-step is one scale group); so does the 9-16-row ring tile
     for 4-bit weights in groups of 64 or more; a K split in 4, an odd number of k-steps, 7- and 8-bit weights, 2-7-bit
-    weights but 4-bit at 9-16 rows and GPUs without sm_90a keep the grid's split."""
+    weights but 2-4-bit at 9-16 rows and GPUs without sm_90a keep the grid's split; at 9-16 rows 2-3-bit weights
+    take the 4-bit tile of two groups of two warps where a k-step is one scale group."""
     def chosen(m, name, k=8192, n=28672, group=128, **kwargs):
         config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group), 132, **{"wgmma": True, **kwargs})
         return config.split_k, config.k_groups
@@ -311,7 +312,10 @@ def test_the_hopper_decode_row_splits_k_inside_the_block():
     for m in (9, 12, 16):
         assert chosen(m, "uint4b") == chosen(m, "float4_e2m1") == (1, 2), m
         assert chosen(m, "int5b") == chosen(m, "uint6b") == chosen(m, "uint7b") == (2, 1), m
-        assert chosen(m, "uint2b") == chosen(m, "uint3b") == (2, 1), m
+        assert chosen(m, "uint2b") == chosen(m, "uint3b") == chosen(m, "int3b") == (1, 2), m
+        assert chosen(m, "uint2b", group=64) == chosen(m, "uint3b", group=32) == (2, 1), m
+        narrow = choose_config(m, WeightFormat(dtypes.uint3b, 8192, 28672, 128), 132, wgmma=True)
+        assert (narrow.warps, narrow.units_per_warp, narrow.block_m, narrow.weight_stages) == (2, 4, 16, 3), m
         assert chosen(m, "uint4b", k=4096, n=11008) == (4, 1), m
     sixteen = choose_config(16, WeightFormat(dtypes.uint4b, 8192, 28672, 128), 132, wgmma=True)
     assert (sixteen.stage_activations, sixteen.block_m, sixteen.min_blocks) == (True, 16, 2)
@@ -733,7 +737,7 @@ def test_nine_to_sixteen_row_rows_ask_for_four_blocks_an_sm():
     128 registers a thread, so that 4 blocks fit an SM where k-steps of several groups would take more (2 blocks of
     twice the warps where K is split inside the block, or at one scale group a k-step of two groups of two warps);
     the decode rows up to 8 rows ask for none, or 2 blocks of 8 warps where they split K inside the block."""
-    for name, group, wgmma, k, n in (("uint2b", 32, False, 8192, 28672), ("uint3b", 128, True, 8192, 28672),
+    for name, group, wgmma, k, n in (("uint2b", 32, False, 8192, 28672), ("uint3b", 64, True, 8192, 28672),
                                      ("uint4b", 32, True, 8192, 28672), ("int5b", 128, True, 8192, 28672)):
         fmt = WeightFormat(dtypes.as_dtype(name), k, n, group)
         config = choose_config(16, fmt, 132, wgmma=wgmma)
@@ -749,7 +753,8 @@ def test_nine_to_sixteen_row_rows_ask_for_four_blocks_an_sm():
 
 def test_table_rows_for_five_and_seven_bit_weights():
     """3- to 8-bit decode on sm_90a takes the TMA weight ring, released by the warps, with fixed register slots,
-    where the grid fills the SMs unsplit (the per-thread ring elsewhere, and on other GPUs; never for 2 bits);
+    where the grid fills the SMs unsplit (the per-thread ring elsewhere, and on other GPUs; for 2 bits only in groups
+    of warps);
     7-bit at 9-16 rows takes blocks of 8 warps where two splits suffice."""
     five = WeightFormat(dtypes.int5b, 8192, 28672, 128)
     hopper = choose_config(1, five, 132, wgmma=True)
@@ -792,8 +797,9 @@ def test_table_rows_for_five_and_seven_bit_weights():
         assert (wide.weight_stages, wide.stage_activations, wide.stages, wide.split_k * wide.k_groups,
                 wide.warps * wide.units_per_warp) == (3, True, 2, 2, 8)
         assert (wide.warps, wide.units_per_warp) == ((2, 4) if name == "uint4b" else (4, 2))
-    for name in ("uint8", "uint3b"):
-        assert not choose_config(16, WeightFormat(dtypes.as_dtype(name), 8192, 28672, 128), 132, wgmma=True).weight_stages
+    for name, group in (("uint8", 128), ("uint3b", 64)):  # (3-bit weights in groups of 128: two groups of warps)
+        fmt = WeightFormat(dtypes.as_dtype(name), 8192, 28672, group)
+        assert not choose_config(16, fmt, 132, wgmma=True).weight_stages
     # 86 tiles at 16x4096x11008: the ring with K split in 4 (test_the_hopper_decode_row_splits_grids_smaller_than_the_sms)
     assert choose_config(16, WeightFormat(dtypes.uint4b, 4096, 11008, 128), 132, wgmma=True).split_k == 4
     assert choose_config(1, five, 132).weight_ring == 4 and not choose_config(1, five, 132).weight_stages

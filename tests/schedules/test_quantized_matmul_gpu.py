@@ -367,6 +367,13 @@ def test_wgmma_rows_split_where_the_grid_is_short_of_the_sms(name, m, k, n, grou
                                                         "stages": 2, "prefetch": 1, "min_blocks": 2}),
     ("uint3b", 8, 1024, 200, None, True, torch.float16, {"warps": 2, "units_per_warp": 4, "stage_activations": True,
                                                          "stages": 2, "prefetch": 1, "min_blocks": 2}),
+    # ... which 2-3-bit weights take at 9-16 rows
+    ("uint2b", 16, 2048, 264, 128, False, torch.float16, {"warps": 2, "units_per_warp": 4, "block_m": 16,
+                                                          "stage_activations": True, "stages": 2, "prefetch": 1,
+                                                          "min_blocks": 2}),
+    ("int3b", 12, 1024, 300, None, True, torch.bfloat16, {"warps": 2, "units_per_warp": 4, "block_m": 16,
+                                                          "stage_activations": True, "stages": 2, "prefetch": 1,
+                                                          "min_blocks": 2}),
     ("int5b", 12, 2048, 264, 32, True, torch.bfloat16, {"block_m": 16, "stage_activations": True, "stages": 2,
                                                          "split_k": 2, "min_blocks": 4}),
     ("float6_e2m3", 9, 1024, 300, None, True, torch.float16, {"block_m": 16, "stage_activations": True, "stages": 3,

@@ -110,12 +110,14 @@ class Config:
 # us, u4 g64 66.6-67.2 -> 51.8-52.2, u3 g32 84.9-85.3 -> 60.9-62.5, u3 g64 55.3 -> 53.3-53.5; group 128 (u2 to
 # u7) and 12 rows measured the same.
 _REGISTER_DECODE = Config(block_m=8, prefetch=2)  # (the decode row of 2-bit weights and of GPUs without TMA)
+# (the 9-16-row row of 2- and 3-bit weights; see IN_BLOCK_SPLIT for sm_90a)
+_NARROW_SIXTEEN_ROWS = Config(block_m=16, prefetch=1, stage_activations=True, stages=2, min_blocks=4)
 CONFIGS = ((8, (3, 4, 5, 6), Config(units_per_warp=1, block_m=8, prefetch=2, weight_ring=4), 6, 2),
            (8, (6, 7, 8), Config(block_m=8, prefetch=2, stage_activations=True, stages=3), 2, None),
            (8, None, _REGISTER_DECODE, 2, None),
            (16, (4,), Config(block_m=16, prefetch=2, stage_activations=True, stages=3), 2, None),
            (16, (7,), Config(warps=8, block_m=16, prefetch=1, stage_activations=True, stages=3), 1, 2),
-           (16, (2, 3), Config(block_m=16, prefetch=1, stage_activations=True, stages=2, min_blocks=4), 2, None),
+           (16, (2, 3), _NARROW_SIXTEEN_ROWS, 2, None),
            (16, None, Config(block_m=16, prefetch=1, stage_activations=True, stages=3), 2, None),
            (48, None, Config(block_m=32, stage_activations=True, stages=3, scale_weights=True), 2, None),
            (None, None, Config(block_m=64, stage_activations=True, stages=3, scale_weights=True), 2, None))
@@ -206,18 +208,25 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
 # (u4 48.9-50.9 against 48.8-50.1, fp4 49.9-50.2 against 49.3-51.4). 9 rows took it: u4 47.8-49.0 -> 45.9-46.4. So
 # does the 3-bit decode row in groups where a k-step is one scale group (same method, outputs checked): 1x8192x28672
 # u3 37.7-38.8 -> 37.2-37.3, 8 rows 38.7-39.1 -> 37.6. The 2-bit one was mixed (1 row u2 33.0-33.3 -> 32.5-32.9, 8
-# rows 33.6-33.8 -> 33.1-34.2), not taken.
+# rows 33.6-33.8 -> 33.1-34.2), not taken. At 9-16 rows, 2- and 3-bit weights take the tile too, in place of their
+# register row split in two over the grid, where a k-step is one scale group (H100, A/B in one process, three runs,
+# outputs checked): 16x8192x28672 u3 50.7 -> 44.6-45.6 us, int3 50.7-51.5 -> 45.5-46.1, u2 47.2-47.3 -> 41.3-42.5;
+# 12 rows u3 49.0-50.6 -> 44.3-44.5, u2 45.4-45.5 -> 41.0-41.4. Alike or within 1 us of it: a ring of 4 stages (u3
+# 45.6-46.2, u2 41.0-42.4), the decode row's groups with 16 rows (u3 45.7-46.2, u2 41.4-42.6); groups of 4 warps of 2
+# units lost (u3 49.6-50.2, u2 45.1-46.8).
 _STAGED_DECODE_GROUPS = replace(_HOPPER_DECODE_RING, stage_activations=True, stages=2, prefetch=1, min_blocks=2,
                                 k_groups=2)
 _STAGED_TWO_BIT_GROUPS = replace(_STAGED_DECODE_GROUPS, weight_stages=4)
 _SIXTEEN_ROW_GROUPS = replace(_SIXTEEN_ROW_RING, k_groups=2, min_blocks=2)
+_SIXTEEN_ROW_SMALL_GROUPS = replace(_SIXTEEN_ROW_GROUPS, warps=2, units_per_warp=4)
 # (the tile split in two over the grid, the most rows that take the split inside the block by the weights' width in
 # bits, the most scale groups a k-step, the tile taken instead): the first that matches
 IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None, _STAGED_DECODE_GROUPS),
                   (_THREE_BIT_RING, {3: 8}, 1, replace(_STAGED_DECODE_GROUPS, warps=2, units_per_warp=4)),
                   (_THREE_BIT_RING, {3: 8}, None, _STAGED_DECODE_GROUPS),
                   (_REGISTER_DECODE, {2: 8}, None, _STAGED_TWO_BIT_GROUPS),
-                  (_SIXTEEN_ROW_RING, {4: 16}, 1, replace(_SIXTEEN_ROW_GROUPS, warps=2, units_per_warp=4)),
+                  (_SIXTEEN_ROW_RING, {4: 16}, 1, _SIXTEEN_ROW_SMALL_GROUPS),
+                  (_NARROW_SIXTEEN_ROWS, {2: 16, 3: 16}, 1, _SIXTEEN_ROW_SMALL_GROUPS),
                   (_SIXTEEN_ROW_RING, {4: 16}, 2, _SIXTEEN_ROW_GROUPS))
 
 

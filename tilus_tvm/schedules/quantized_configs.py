@@ -395,8 +395,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     by SplitKSum; the 64-row tile on a grid short of the SMs, K unsplit, keeps two k-steps of weights in flight for
     the types of ``WGMMA_SHORT_GRID_QUEUES``; below that, its rows of ``HOPPER_CONFIGS`` come first, where their
     grid fills the SMs unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an
-    SM; the decode rows of 2-6-bit weights (and the 9-16-row ring row for 4-bit weights) split K in two inside their
-    blocks instead of over the grid, ``IN_BLOCK_SPLIT``): the table's for the batch; K is split (``split_k``,
+    SM; the decode rows of 2-6-bit weights (and at 9-16 rows the ring row of 4-bit weights and the row of 2-3-bit
+    ones in groups of 128) split K in two inside their blocks instead of over the grid, ``IN_BLOCK_SPLIT``): the table's for the batch; K is split (``split_k``,
     doubling) while the grid has fewer blocks per SM than the table's row asks (two, or six for the ring row's small
     blocks) and every split keeps at least 8 k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a
     row that would need more splits than it allows (the ring row: two) leaves the batch to the next. Uneven splits

@@ -65,8 +65,9 @@ no K split to keep as many warps streaming, and no split's partial sums go out t
 weights have streamed: on sm_90a the decode rows of 2- to 6-bit weights take it where they would split K in two,
 activations staged (H100, 1x8192x28672: u4 47.8 -> 46.2 us, uint6 69.2 -> 67.8, u3 40.7-41.5 -> 39.0-39.2; 8 rows
 u4 53.8-55.1 -> 46.6-46.7, u3 77.5-77.8 -> 39.1-39.6; u3 in groups of 64 87.2-87.5 -> 40.1-40.7), 2-bit weights
-with a ring of 4 k-steps, and so does the 9-16-row ring row for 4-bit weights (16 rows u4 50.0-50.5 -> 49.3-50.1;
-see ``IN_BLOCK_SPLIT``).
+with a ring of 4 k-steps, and so does the 9-16-row ring row for 4-bit weights (16 rows u4 50.0-50.5 -> 49.3-50.1),
+whose tile of two groups of two warps of 4 units (46.1-47.8) 2- and 3-bit weights take too at 9-16 rows, where a
+k-step is one scale group (16 rows u3 50.7 -> 44.6-45.6, u2 47.2 -> 41.3-42.5; see ``IN_BLOCK_SPLIT``).
 
 Weights packed in tiles of k-steps (``pack_weight(..., k_tile=T)``, T = 2 by default; storage [tiles, granules, T,
 ...]) are viewed granule first, [granules, tiles, T, ...], and every load path reads k-step ``s`` at tile ``s // T``,

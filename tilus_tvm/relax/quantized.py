@@ -38,6 +38,7 @@ calls stay on TVM's default path, where the dequantize PrimFunc is an ordinary i
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional
 
 from tvm.relax.frontend import nn
@@ -261,9 +262,8 @@ def linear_params(weight: Any, scales: Any, zeros: Any = None, bias: Any = None,
         check_weight(weight, scales, zeros)
     except TilusError as exc:
         raise RelaxError(f"linear_params: {exc}") from None
-    if layer is not None and (weight.format.dtype, weight.format.k, weight.format.n, weight.format.group_size,
-                              weight.format.k_tile) != (layer.format.dtype, layer.format.k, layer.format.n,
-                                                        layer.format.group_size, layer.format.k_tile):
+    # (every field of the format but the placement's activation type, which integer codes do not have)
+    if layer is not None and replace(weight.format, placed_for=layer.format.placed_for) != layer.format:
         raise RelaxError(f"linear_params: the weight is {weight.format.describe()}, the layer wants "
                          f"{layer.format.describe()} (pack it with pack_weight(..., k_tile={layer.format.k_tile}), or "
                          f"build the layer with k_tile={weight.format.k_tile})")

@@ -957,19 +957,20 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
         raise LaunchError(f"quantized_matmul: out must be a contiguous {a.dtype} tensor of shape {list(shape)}, "
                           f"got {out.dtype} {list(out.shape)}")
     half = bfloat16 if a.dtype == torch.bfloat16 else float16  # (the activations' type, checked above)
+    scales = scales.contiguous()  # (as the kernel reads them, for tuning and the launch)
     if config is None:
         sms = _multiprocessors(a.device.index if a.device.index is not None else 0) if a.is_cuda else 132
         config = choose_config(m, fmt, sms, wgmma=a.is_cuda and torch.cuda.get_device_capability(a.device) == (9, 0),
                                zero_points=zeros is not None, dtype=half.name)
     if tuned and m:
-        config = tuned_config(config, half, m, rows, packed_weight, scales.contiguous(), zeros is not None, out)
+        config = tuned_config(config, half, m, rows, packed_weight, scales, zeros is not None, out)
     kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
     if not m:
         return out
     splits = config.split_k if config.split_reduce == "kernel" else 1  # partial sums that SplitKSum adds up
     workspace = _partial_sums(splits, m, fmt.n, a.device)
-    kernel(m, rows, packed_weight.storage, scales.contiguous(), (zeros if zeros is not None else scales).contiguous(),
-           out, workspace)
+    kernel(m, rows, packed_weight.storage, scales, (zeros if zeros is not None else scales).contiguous(), out,
+           workspace)
     if splits > 1:  # in the shapes SplitKSum's entry check expects: a refused argument costs a slow relaunch
         _split_sum(splits, a.dtype)(m * fmt.n, workspace.view(splits, m * fmt.n), out.view(-1))
     return out

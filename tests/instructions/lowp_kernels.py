@@ -35,6 +35,26 @@ def reordered_cast(src_dtype, dst_dtype, src_layout, dst_layout, warps: int = 4)
     return ReorderedCast()
 
 
+def biased_cast(src_dtype, dst_dtype, src_layout, dst_layout, warps: int = 4):
+    """y = cast(x, biased=True) and b = cast_bias(...) for one tile of src_layout's shape (x loaded in
+    ``src_layout``, interleaved, converted into ``dst_layout``)."""
+    rows, cols = src_layout.shape
+
+    class BiasedCast(tilus.Script):
+        def __call__(self, x_ptr: ~src_dtype, y_ptr: ~dst_dtype, b_ptr: ~dst_dtype):
+            self.attrs.blocks = 1
+            self.attrs.warps = warps
+            gx = self.global_view(x_ptr, dtype=src_dtype, shape=[rows, cols])
+            gy = self.global_view(y_ptr, dtype=dst_dtype, shape=[rows, cols])
+            gb = self.global_view(b_ptr, dtype=dst_dtype, shape=[rows, cols])
+            bias = self.cast_bias(src_dtype, dst_dtype, dst_layout)
+            x = self.load_global(gx, offsets=[0, 0], shape=[rows, cols], layout=src_layout)
+            self.store_global(gy, self.cast(x, dst_dtype, layout=dst_layout, biased=True), offsets=[0, 0])
+            self.store_global(gb, bias, offsets=[0, 0])
+
+    return BiasedCast()
+
+
 def affine_cast(src_dtype, dst_dtype, src_layout, dst_layout, minus: bool, times: bool, warps: int = 4,
                 placement=None):
     """y = (cast(x) - z) * s for one tile of src_layout's shape, z and s one value a row ([rows, 1], broadcast;

@@ -156,3 +156,62 @@ def test_eight_bit_codes_take_times_alone_into_bfloat16():
         compiled, code = source_of(name, spatial(32, 4).local(1, 3), 12)
         assert code.count("tilus_fma_bf16x2(") == 3, name  # (one pair fused, one converted and multiplied)
         assert "fma.rn.bf16x2" in ptx(compiled, "sm_90a"), name  # (nvcc builds it: ptx() compiles a cubin too)
+
+
+def test_biased_cast_is_one_lop3_a_pair_and_no_fma():
+    """cast(..., biased=True) of interleaved codes: one lop3 a pair under each place's own magic number (uint2b's
+    places 0, 2, 4, 6, 8: 0x6400, 0x5C00, 0x5400, 0x4C00, 0x4400), no paired fma; cast_bias's constants stored once."""
+    from tests.schedules.test_quantized_matmul import ptx
+
+    source = dtypes.uint2b
+    kernel = K.biased_cast(source, dtypes.float16, interleave_local(PLAIN, 16), PLAIN)
+    half = torch.zeros(32, 128, dtype=torch.float16)
+    compiled = kernel.compile(torch.zeros(source.storage_bytes(32 * 128), dtype=torch.uint8), half, half,
+                              target="sm_90")
+    code = ptx(compiled, "sm_90")
+    assert "fma.rn.f16x2" not in code and code.count("lop3.b32") >= 16  # (a thread's 32 codes: 16 pairs)
+    source_text = compiled.cuda_source.lower()
+    for magic in (0x64006400, 0x5C005C00, 0x54005400, 0x4C004C00, 0x44004400):
+        assert any(c in source_text for c in (hex(magic), str(magic))), hex(magic)
+
+
+class BiasedMisuse(tilus.Script):
+    def __init__(self, case):
+        super().__init__()
+        self.case = case
+
+    def __call__(self, x_ptr: ~tilus.uint4b, y_ptr: ~tilus.float16):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=tilus.uint4b, shape=[32, 128])
+        gy = self.global_view(y_ptr, dtype=tilus.float16, shape=[32, 128])
+        x = self.load_global(gx, offsets=[0, 0], shape=[32, 128], layout=interleave_local(PLAIN, 8))
+        if self.case == "order":
+            y = self.cast(self.load_global(gx, offsets=[0, 0], shape=[32, 128], layout=PLAIN), tilus.float16,
+                          layout=PLAIN, biased=True)
+        elif self.case == "minus":
+            y = self.cast(x, tilus.float16, layout=PLAIN, biased=True,
+                          minus=self.register_tensor(dtype=tilus.float16, shape=[32, 1], init=1.0))
+        elif self.case == "target":
+            y = self.cast(x, tilus.float32, layout=PLAIN, biased=True).to(tilus.float16)
+        elif self.case == "layout":
+            y = self.cast(x, tilus.float16, biased=True)
+        elif self.case == "bias_type":
+            y = self.cast_bias(tilus.uint3b, tilus.float16, PLAIN)
+        else:  # "bias_words": 4 codes a thread, not a word of 8
+            y = self.cast_bias(tilus.uint4b, tilus.float16, spatial(32, 4).local(1, 4)).to(tilus.float16)
+            gy = self.global_view(y_ptr, dtype=tilus.float16, shape=[32, 16])
+        self.store_global(gy, y, offsets=[0, 0])
+
+
+@pytest.mark.parametrize("case,message", [
+    ("order", r"cast: biased takes x in interleaved order"),
+    ("minus", r"cast: biased takes no placement, scale, minus, times or out"),
+    ("target", r"cast: biased codes convert into float16 or bfloat16, not float32"),
+    ("layout", r"cast: biased needs layout"),
+    ("bias_type", r"cast_bias: biased codes are 1-, 2- or 4-bit integers, not uint3b"),
+    ("bias_words", r"cast_bias: layout .* gives each thread 4 registers, not whole words of 8 uint4b codes")])
+def test_biased_cast_misuse_is_a_script_error_naming_the_argument(case, message):
+    with pytest.raises(ScriptError, match=message):
+        BiasedMisuse(case).tile_program(torch.zeros(32 * 64, dtype=torch.uint8),
+                                        torch.zeros(32, 128, dtype=torch.float16), target="sm_90")

@@ -317,6 +317,31 @@ def test_interleaved_int_word_masks_both_halves(half, dtype):
             assert got.tolist() == half_bits(values[codes], half).tolist(), (dtype, half, field)
 
 
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", [t for t in INTEGERS if t.nbits in (1, 2, 4)], ids=str)
+def test_interleaved_int_word_biased(half, dtype):
+    """Each pair under its place's own magic number, no fma: lanes ``b + c`` exactly (``b`` the pair's bias from
+    interleaved_biases, the same in both lanes), one lop3 a pair."""
+    n, fields = dtype.nbits, 32 // dtype.nbits
+    rng = np.random.default_rng(30 + n + 100 * dtype.signed)
+    words = np.concatenate([rng.integers(0, 1 << 32, 4096, dtype=np.uint64).astype(np.uint32),
+                            np.array([0, 0xFFFFFFFF, 0xAAAAAAAA, 0x55555555, 0x76543210], np.uint32)])
+    ops = rules.PortableOps()
+    names = [f"p{i}" for i in range(fields // 2)]
+    out = run_cpu(lambda b, i: dict(zip(names, rules.interleaved_int_word_biased(ops, b["w"][i], dtype, half))),
+                  {"w": words}, {name: np.zeros(len(words), np.uint32) for name in names})
+    biases = rules.interleaved_biases(dtype, half)
+    assert len(biases) == len(names) and min(biases) >= 1
+    values = np.array(lowp.all_values(dtype), dtype=np.float64)
+    for i, name in enumerate(names):
+        for lane, field in enumerate((i, i + fields // 2)):
+            codes = (words >> np.uint32(field * n)) & np.uint32((1 << n) - 1)
+            got = (out[name] >> np.uint32(16 * lane)) & np.uint32(0xFFFF)
+            assert got.tolist() == half_bits(values[codes] + biases[i], half).tolist(), (dtype, half, field)
+    if (dtype, half) == (dtypes.uint2b, "float16"):  # places 0, 2, 4, 6, 8, then the word shifted by 10: 0, 2, 4
+        assert biases == [1024.0, 256.0, 64.0, 16.0, 4.0, 1024.0, 256.0, 64.0]
+
+
 def rounded_bits(values, half: str) -> np.ndarray:
     """The 16-bit patterns of values exact in float32, rounded to nearest even."""
     f32 = torch.tensor(np.asarray(values, dtype=np.float32))

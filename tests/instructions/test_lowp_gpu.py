@@ -98,6 +98,23 @@ def test_u4_to_f16_and_back_on_ragged_tiles():
     assert torch.equal(z.cpu(), packed(lowp.encode(values, dtypes.uint4b), dtypes.uint4b))
 
 
+@pytest.mark.parametrize("src,dst", [("uint4b", "float16"), ("int4b", "bfloat16"), ("uint2b", "float16"),
+                                     ("int2b", "bfloat16"), ("uint1b", "bfloat16"), ("int1b", "float16")])
+def test_biased_cast_is_the_value_plus_its_slots_bias(src, dst):
+    """cast(x, biased=True) minus cast_bias(...) is every code's value, exactly (the biases are exact integers
+    up to 2**mantissa, the value within a few units of them)."""
+    from tilus_tvm.layout import interleave_local, spatial
+
+    source, target = dtypes.as_dtype(src), dtypes.as_dtype(dst)
+    plain = spatial(32, 4).local(1, 32)
+    codes = torch.randint(0, 1 << source.nbits, (32 * 128,))
+    x, values = packed(codes, source).cuda(), lowp.decode(codes, source).reshape(32, 128)
+    y, b = (torch.full((32, 128), -12345.0, dtype=target.torch_dtype, device="cuda") for _ in range(2))
+    K.biased_cast(source, target, interleave_local(plain, 32 // source.nbits), plain)(x, y, b)
+    assert (b >= 1).all()
+    assert torch.equal((y.double() - b.double()).cpu(), values.double()), (src, dst)
+
+
 REORDERED = [("uint4b", "float16", True), ("int4b", "float16", True), ("int4b", "bfloat16", True),
              ("uint2b", "bfloat16", True), ("int2b", "float16", True), ("uint1b", "float16", True),
              ("int1b", "bfloat16", True), ("uint3b", "float32", False), ("float16", "float32", False),

@@ -328,6 +328,67 @@ def test_the_hopper_decode_row_splits_k_inside_the_block():
     assert chosen(1, "uint4b", wgmma=False)[1] == 1
 
 
+def test_biased_codes():
+    """biased_codes: the 2-bit decode row in groups of warps (1-8 rows on sm_90a), in groups of one k-step without
+    zero points, converts each code pair by one lop3 under its place's own magic number, with no paired fma, and
+    takes the biases' dot off each group's (one more mma a k16 step: ptxas shares the identical mma of a warp's two
+    units); the other rows, zero points, smaller groups and per-channel scales convert exactly. Every configuration
+    it cannot serve is refused by name."""
+    def decode(name, m, group=128, **kwargs):
+        return choose_config(m, WeightFormat(dtypes.as_dtype(name), 8192, 28672, group or 8192), 132,
+                             **{"wgmma": True, **kwargs})
+
+    for m in (1, 4, 8):
+        for name in ("uint2b", "int2b"):
+            assert decode(name, m).biased_codes and decode(name, m, dtype="bfloat16").biased_codes, (name, m)
+            assert not decode(name, m, zero_points=True).biased_codes, (name, m)
+            for group in (32, 64, None):
+                assert not decode(name, m, group).biased_codes, (name, m, group)
+        for name in ("uint4b", "uint3b", "int5b", "uint8"):
+            assert not decode(name, m).biased_codes, (name, m)
+    for m in (9, 16, 64, 256):
+        assert not decode("uint2b", m).biased_codes, m
+    assert not decode("uint2b", 1, wgmma=False).biased_codes
+    assert not choose_config(1, WeightFormat(dtypes.uint2b, 4096, 11008, 128), 132, wgmma=True).biased_codes
+
+    fmt = WeightFormat(dtypes.uint2b, 1024, 512, 128)
+    row = replace(decode("uint2b", 1), split_k=1)
+    programs = {}
+    for biased in (False, True):
+        kernel, compiled = compile_kernel(fmt, 1, replace(row, biased_codes=biased), target="sm_90a")
+        program = kernel.tile_program(1, meta(1, 1024), meta(*fmt.storage_shape, dtype=torch.int32), meta(8, 512),
+                                      meta(8, 512), meta(1, 512), meta(1, dtype=torch.float32), target="sm_90a")
+        programs[biased] = (compiled, program)
+    from tilus_tvm.ir import inst as ir
+    from tilus_tvm.ir.stmt import instructions
+
+    dots = {}
+    for biased, (compiled, program) in programs.items():
+        body = list(instructions(program.body))
+        casts = [inst for inst in body if isinstance(inst, ir.Cast) and inst.x.dtype == dtypes.uint2b]
+        assert casts and all(c.biased == biased for c in casts)
+        dots[biased] = sum(isinstance(inst, ir.DotSplit) for inst in body)
+        allocations = [inst for inst in body if isinstance(inst, ir.AllocateRegister)
+                       and isinstance(inst.init, ir.SlotValues)]
+        assert len(allocations) == int(biased)
+        if biased:  # place 0, 2, 4, 6, 8 of each half, then the word shifted by 10: places 0, 2, 4
+            assert set(allocations[0].init.values) == {1024.0, 256.0, 64.0, 16.0, 4.0}
+        code = ptx(compiled, "sm_90a")
+        assert "mma.sync.aligned.m16n8k16" in code
+        assert ("fma.rn.f16x2" in code) != biased, biased  # the conversion's paired fma, gone when biased
+    assert dots[True] == 2 * dots[False] > 0  # (the biases' dot beside each of the weights')
+    for kwargs, zero_points, name, group, match in (
+            ({"biased_codes": 1}, False, "uint2b", 128, "biased_codes=1 must be True or False"),
+            ({"biased_codes": True}, True, "uint2b", 128, "without zero points"),
+            ({"biased_codes": True}, False, "uint3b", 128, "1-, 2- or 4-bit integer codes"),
+            ({"biased_codes": True}, False, "float4_e2m1", 128, "1-, 2- or 4-bit integer codes"),
+            ({"biased_codes": True, "scale_weights": True}, False, "uint2b", 128, "and scale_weights"),
+            ({"biased_codes": True}, False, "uint2b", None, "in groups")):
+        with pytest.raises(ScriptError, match=match):
+            QuantizedMatmul(WeightFormat(dtypes.as_dtype(name), 1024, 512, group or 1024), dtypes.float16, zero_points,
+                            **kwargs)
+
+
 def test_k_split_over_groups_of_warps():
     """k_groups=2: blocks of twice the warps, each group converting and multiplying every other k-step of a stage
     (TMA boxes of two k-steps; the release barriers wait for all 8 warps), the groups' partial sums added through

@@ -24,6 +24,10 @@ def emit_allocate_register(ctx: CodegenContext, inst: ir.AllocateRegister) -> No
     if is_packed(out.dtype):  # codes packed into words: register_bits.py
         return register_bits.emit_packed_allocate(ctx, inst)
     buf = ctx.reg(out)
+    if isinstance(inst.init, ir.SlotValues):
+        for i, value in enumerate(inst.init.values):
+            Tb.buffer_store(buf, const(value, out.dtype), [i])
+        return
     with Tb.unroll(0, out.layout.local_size) as i:
         if is_scalar(inst.init):  # (TVM expressions are callable too, so test for a scalar first)
             value = inst.init

@@ -397,8 +397,9 @@ def _emit_plain_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = Fa
     src_buf, dst_buf = ctx.reg(src), ctx.reg(out)
     if inst.placement is not None:
         return _emit_placed_cast(src_buf, dst_buf, inst.placement, target.name, inst.scale)
-    if src.layout != out.layout:
-        return _emit_reordering_cast(src_buf, dst_buf, source, target, register_order(src.layout, out.layout))
+    if src.layout != out.layout or inst.biased:
+        return _emit_reordering_cast(src_buf, dst_buf, source, target, register_order(src.layout, out.layout),
+                                     inst.biased)
     if source == target:  # bit for bit (a decode and encode would make every NaN code the canonical one)
         for i in range(int(dst_buf.shape[0])):
             Tb.buffer_store(dst_buf, src_buf[i], [i])
@@ -435,17 +436,23 @@ def _emit_plain_cast(ctx: CodegenContext, inst: ir.Cast, hardware_fp8: bool = Fa
         Tb.buffer_store(dst_buf, convert(inputs[slot], source, target), [slot])
 
 
-def _emit_reordering_cast(src_buf, dst_buf, source: DataType, target: DataType, order: tuple[int, ...]) -> None:
+def _emit_reordering_cast(src_buf, dst_buf, source: DataType, target: DataType, order: tuple[int, ...],
+                          biased: bool = False) -> None:
     """Output slot ``j`` is input slot ``order[j]`` converted: interleaved words of 1-, 2- and 4-bit
-    integers into float16/bfloat16 by :func:`cast_rules.interleaved_int_word`, anything else one element
-    at a time."""
+    integers into float16/bfloat16 by :func:`cast_rules.interleaved_int_word` (``biased``:
+    :func:`cast_rules.interleaved_int_word_biased`), anything else one element at a time."""
     slots = len(order)
+    interleaved = is_packed(source) and target.name in HALVES and is_interleaved_order(order, source)
+    if biased and not interleaved:  # (cast refuses it first)
+        raise ValueError(f"a biased cast takes 1-, 2- or 4-bit integers in interleaved order into float16 or "
+                         f"bfloat16, not {source.name} -> {target.name} in register order {order}")
     if is_packed(source):
         words = [src_buf[i] for i in range(int(src_buf.shape[0]))]
-        if target.name in HALVES and is_interleaved_order(order, source):
+        if interleaved:
             per_word = 32 // source.nbits
+            convert_word = rules.interleaved_int_word_biased if biased else rules.interleaved_int_word
             for w, word in enumerate(words):
-                for i, bits in enumerate(rules.interleaved_int_word(PtxOps(), word, source, target.name)):
+                for i, bits in enumerate(convert_word(PtxOps(), word, source, target.name)):
                     Tb.buffer_store(dst_buf, tirx.reinterpret(f"{target.name}x2", bits),
                                     [tirx.Ramp(w * per_word + 2 * i, 1, 2)])
             return

@@ -369,21 +369,53 @@ def interleaved_int_word_affine(ops: Any, word: Any, dtype: DataType, half: str,
     return pairs
 
 
-def _interleaved_fields(ops: Any, word: Any, dtype: DataType, half: str, pattern_at: Any):
-    """(place, signed offset, bits) of each pair of :func:`interleaved_int_word`, in pair order: the bits hold
-    the pair's codes at ``place`` of both 16-bit halves under ``pattern_at(place)`` (sign bits flipped)."""
+def interleaved_int_word_biased(ops: Any, word: Any, dtype: DataType, half: str) -> list:
+    """:func:`interleaved_int_word`'s pairs left under the magic number of their place (:func:`place_magic`),
+    with no fma: lanes ``b + c``, ``b`` the pair's bias (:func:`interleaved_biases`), one ``lop3`` a pair (and
+    a shift for the places taken from the word shifted right). For a dot that takes the bias off afterwards:
+    ``sum(x * (b + c)) - sum(x * b)``, the second term independent of the codes."""
+    return [bits for _, _, bits in _interleaved_fields(ops, word, dtype, half, lambda place: place_magic(half, place))]
+
+
+def interleaved_biases(dtype: DataType, half: str) -> list:
+    """The bias ``b`` of each pair of :func:`interleaved_int_word_biased`, in pair order (both lanes): ``2**(m -
+    place)`` (``m`` the mantissa's bits), plus ``2**(n-1)`` for signed codes, whose sign bit is flipped."""
+    mantissa_bits = HALF_FORMAT[half][1]
+    return [math.ldexp(1.0, mantissa_bits - place) + sign for place, sign in _interleaved_places(dtype, half)]
+
+
+def _interleaved_places(dtype: DataType, half: str) -> list:
+    """(place, signed offset) of each pair of :func:`interleaved_int_word`, in pair order."""
+    return [(place, sign) for _, place, sign in _interleaved_steps(dtype, half)]
+
+
+def _interleaved_steps(dtype: DataType, half: str) -> list:
+    """(shift, place, signed offset) of each pair of :func:`interleaved_int_word`: its codes are at ``place`` of
+    both 16-bit halves of the word shifted right by ``shift`` (a place that would reach the exponent is taken
+    from the word shifted so that the code is at bit 0)."""
     n = dtype.nbits
     if not interleavable(dtype):
         raise ValueError(f"interleaved_int_word: {dtype.name} is not a 1-, 2- or 4-bit integer type")
     mantissa_bits = HALF_MAGIC[half][2]
-    both = 0x00010001  # a 16-bit constant in both halves
     sign = 1 << (n - 1) if dtype.signed else 0
-    shift, source = 0, word
+    steps, shift = [], 0
     for i in range(16 // n):
         if i * n - shift + n > mantissa_bits:  # this code would reach the exponent: shift it to bit 0
             shift = i * n
+        steps.append((shift, i * n - shift, sign))
+    return steps
+
+
+def _interleaved_fields(ops: Any, word: Any, dtype: DataType, half: str, pattern_at: Any):
+    """(place, signed offset, bits) of each pair of :func:`interleaved_int_word`, in pair order: the bits hold
+    the pair's codes at ``place`` of both 16-bit halves under ``pattern_at(place)`` (sign bits flipped)."""
+    n = dtype.nbits
+    both = 0x00010001  # a 16-bit constant in both halves
+    source, bound = word, 0
+    for shift, place, sign in _interleaved_steps(dtype, half):
+        if shift != bound:
+            bound = shift
             source = ops.bind(word >> u32(shift))
-        place = i * n - shift
         mask = u32((low_mask(n) << place) * both)
         pattern = pattern_at(place)
         if sign:

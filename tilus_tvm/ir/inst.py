@@ -41,8 +41,17 @@ class Instruction:
 @dataclass(eq=False)
 class AllocateRegister(Instruction):
     output: RegisterTensor
-    # None (uninitialised), a scalar expression, or f(*indices) -> scalar expression
+    # None (uninitialised), a scalar expression, f(*indices) -> scalar expression, or SlotValues
     init: Any = None
+
+
+@dataclass(frozen=True)
+class SlotValues:
+    """An :class:`AllocateRegister` init by register slot: slot ``i`` of every thread holds ``values[i]`` (Python
+    numbers, one a slot of the layout), where the value is a property of the slot rather than of the element's
+    indices (:meth:`~tilus_tvm.lang.instructions.compute.ComputeInstructions.cast_bias`)."""
+
+    values: tuple
 
 
 @dataclass(eq=False)
@@ -140,6 +149,9 @@ class Cast(Instruction):
     # then, in the result's type: minus subtracted, then times multiplied (each broadcast over x's shape)
     minus: Optional[RegisterTensor] = None
     times: Optional[RegisterTensor] = None
+    # the result holds each value plus a constant of its register slot, the magic number of its place left in
+    # (interleaved 1-, 2- and 4-bit integers only; cast_bias gives those constants)
+    biased: bool = False
 
 
 @dataclass(eq=False)

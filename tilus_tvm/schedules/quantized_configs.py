@@ -49,6 +49,7 @@ class Config:
     fixed_slots: bool = False
     k_groups: int = 1
     fused_scales: Optional[bool] = None
+    biased_codes: bool = False
 
 
 # (the largest batch served, the weight widths in bits served or None for all, the configuration, the blocks
@@ -217,13 +218,26 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
 _STAGED_DECODE_GROUPS = replace(_HOPPER_DECODE_RING, stage_activations=True, stages=2, prefetch=1, min_blocks=2,
                                 k_groups=2)
 _STAGED_TWO_BIT_GROUPS = replace(_STAGED_DECODE_GROUPS, weight_stages=4)
+# 1- and 2-bit codes in that tile, where a k-step is one scale group and no zero points, convert with their place's
+# magic number left in (biased_codes: one lop3 a pair, no fma; each group's dot takes off the dot of those biases
+# with the same activations, one more mma a k16 step that ptxas shares between a warp's units). H100, A/B in one
+# process, three runs each, outputs checked (against the exact conversion: within 7e-4 of the largest output):
+# 1x8192x28672 u2 33.0-33.4 -> 31.6-32.6 us and 33.0-33.2 -> 31.5-32.8, int2 34.0-34.2 -> 31.8-32.0; 4 rows u2
+# 33.2-33.3 -> 31.7-31.8; 8 rows u2 33.4-34.8 -> 32.3-32.4, int2 34.3-35.6 -> 32.2-33.9. Not taken: groups of 64
+# and 32 (u2 34.1-34.3 -> 37.1-37.6, 38.9-39.1 -> 40.9-41.0), the 9-16-row tile (16 rows u2 41.1-42.8 -> 42.9-45.1,
+# int2 41.7-43.1 -> 43.4-44.9, u4 46.4-46.9 -> 48.2-48.6), the register row that splits K in 4 (1x4096x11008 u2
+# 13.4-13.7 -> 14.0-14.2), u4's decode row (44.8-45.0 -> 44.9-45.2), and the bias's dot ahead of each group's, as
+# the initial sums of its mma (u2 35.2-35.9, int2 35.6-36.5: one chain twice as long).
+_BIASED_TWO_BIT_GROUPS = replace(_STAGED_TWO_BIT_GROUPS, biased_codes=True)
 _SIXTEEN_ROW_GROUPS = replace(_SIXTEEN_ROW_RING, k_groups=2, min_blocks=2)
 _SIXTEEN_ROW_SMALL_GROUPS = replace(_SIXTEEN_ROW_GROUPS, warps=2, units_per_warp=4)
 # (the tile split in two over the grid, the most rows that take the split inside the block by the weights' width in
-# bits, the most scale groups a k-step, the tile taken instead): the first that matches
+# bits, the most scale groups a k-step, the tile taken instead): the first that matches (a tile with biased_codes
+# only for weights in groups without zero points)
 IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None, _STAGED_DECODE_GROUPS),
                   (_THREE_BIT_RING, {3: 8}, 1, replace(_STAGED_DECODE_GROUPS, warps=2, units_per_warp=4)),
                   (_THREE_BIT_RING, {3: 8}, None, _STAGED_DECODE_GROUPS),
+                  (_REGISTER_DECODE, {2: 8}, 1, _BIASED_TWO_BIT_GROUPS),
                   (_REGISTER_DECODE, {2: 8}, None, _STAGED_TWO_BIT_GROUPS),
                   (_SIXTEEN_ROW_RING, {4: 16}, 1, _SIXTEEN_ROW_SMALL_GROUPS),
                   (_NARROW_SIXTEEN_ROWS, {2: 16, 3: 16}, 1, _SIXTEEN_ROW_SMALL_GROUPS),
@@ -461,7 +475,7 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             blocks *= 2
             splits = _splits(blocks, wanted, fmt.steps)
         if max_split is None or splits <= max_split:
-            return _split_in_block(m, fmt, replace(config, split_k=splits), wgmma)
+            return _split_in_block(m, fmt, replace(config, split_k=splits), wgmma, zero_points)
     raise AssertionError("the last row of CONFIGS serves every batch")
 
 
@@ -486,13 +500,16 @@ def _medium_first(fmt: WeightFormat, dtype: str) -> bool:
     return fmt.dtype.name in WGMMA_MEDIUM_TYPES and dtype == "float16"
 
 
-def _split_in_block(m: int, fmt: WeightFormat, config: Config, tma: bool) -> Config:
+def _split_in_block(m: int, fmt: WeightFormat, config: Config, tma: bool, zero_points: bool = False) -> Config:
     """``config`` with its K split in two moved into the block (``k_groups=2``, see ``IN_BLOCK_SPLIT``) where that
     measured faster: the tiles listed there, up to their rows for the weights' width and their scale groups a k-step,
-    an even number of k-steps, on a GPU with TMA (``tma``: sm_90a) for its ring of weights."""
+    an even number of k-steps, on a GPU with TMA (``tma``: sm_90a) for its ring of weights; the tiles with
+    ``biased_codes`` for weights in groups without zero points only."""
     if not tma or config.split_k != 2 or fmt.steps % 2:
         return config
     for tile, rows, groups, split_tile in IN_BLOCK_SPLIT:
+        if split_tile.biased_codes and (zero_points or fmt.per_channel):
+            continue
         if replace(config, split_k=1) == tile and m <= rows.get(fmt.dtype.nbits, 0) \
                 and (groups is None or fmt.groups_per_step <= groups):
             return split_tile

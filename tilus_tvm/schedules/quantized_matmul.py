@@ -230,7 +230,7 @@ TUNED_ROWS = [(8, 2, False, 2, False, 0), (8, 2, False, 2, False, 4), (8, 2, Tru
               (128, 1, True, 3, True, 0)]
 # The hand table's choices that tuning keeps (tuned_config): how the weights and activations travel
 TABLE_PATH = ("weight_stages", "release_barriers", "fixed_slots", "k_groups", "warpgroup_mma", "tma_activations",
-              "min_blocks", "fused_scales")
+              "min_blocks", "fused_scales", "biased_codes")
 
 
 @tilus.autotune("warps, units_per_warp", TUNED_CHANNELS, bucket={"m_size": "pow2"}, opt_in=True)
@@ -265,7 +265,10 @@ class QuantizedMatmul(tilus.Script):
     or 7 bits by their bit placement, ``uint8``), bit-placed floats and 8-bit floats into bfloat16, without zero
     points, whose scales multiply the weights, take their group's scale into the paired fma or multiply that
     converts them (``cast(..., times=)``), in every thread whose scales allow it; None: on the ``warpgroup_mma``
-    tiles of more than ``FUSED_SCALES_MIN_ROWS`` rows.
+    tiles of more than ``FUSED_SCALES_MIN_ROWS`` rows; ``biased_codes``: 1-, 2- and 4-bit integer codes in groups,
+    without zero points, on the mma.sync tiles that scale each group's product, convert with their place's magic
+    number left in (``cast(..., biased=True)``: one ``lop3`` a pair, no fma), and each group's dot takes off the
+    dot of those biases (``cast_bias``) with the same activations.
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
@@ -273,7 +276,8 @@ class QuantizedMatmul(tilus.Script):
                  scale_weights: bool = False, split_k: int = 1, prefetch: int = 1, split_reduce: str = "serial",
                  min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0,
                  tma_activations: Optional[bool] = None, weight_ring: int = 0, release_barriers: bool = False,
-                 fixed_slots: bool = False, k_groups: int = 1, fused_scales: Optional[bool] = None):
+                 fixed_slots: bool = False, k_groups: int = 1, fused_scales: Optional[bool] = None,
+                 biased_codes: bool = False):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -375,6 +379,17 @@ class QuantizedMatmul(tilus.Script):
         # fusable format with fused_scales False multiplies apart, element by element (the fused form's reference)
         self.scales_in_cast = (self.warpgroup_mma or self.scale_weights) and fmt.groups_per_step == 1 and \
             not fmt.per_channel and (self.fused_scales or not fusable)
+        if not isinstance(biased_codes, bool):
+            raise ScriptError(f"QuantizedMatmul: biased_codes={biased_codes!r} must be True or False")
+        if biased_codes and (not fmt.interleaved or self.zero_points or self.warpgroup_mma or self.scale_weights or
+                             fmt.per_channel):
+            raise ScriptError(f"QuantizedMatmul: biased_codes=True takes 1-, 2- or 4-bit integer codes (stored "
+                              f"interleaved) in groups, without zero points, on the mma.sync tiles whose scales "
+                              f"multiply each group's product (not warpgroup_mma or scale_weights); got "
+                              f"{fmt.describe()}{' with zero points' if self.zero_points else ''}"
+                              f"{' and warpgroup_mma' if self.warpgroup_mma else ''}"
+                              f"{' and scale_weights' if self.scale_weights else ''}")
+        self.biased_codes = biased_codes
         if self.warpgroup_mma:
             if warps % 4 or not stage_activations or not (scale_weights or fmt.per_channel):
                 raise ScriptError(f"QuantizedMatmul: warpgroup_mma needs whole warpgroups (warps={warps}), staged activations "
@@ -430,6 +445,9 @@ class QuantizedMatmul(tilus.Script):
         else:
             gs_steps, gz_steps = gs, gz
         acc = self.register_tensor(dtype=float32, shape=lead + [bn, bm], layout=c_layout, init=0.0)
+        # biased_codes: the weights convert with the magic number of each code's place left in (one lop3 a pair,
+        # no fma), and each group's dot takes off the dot of those constants with the same activations
+        bias = self.cast_bias(fmt.dtype, dtype, a_layout) if self.biased_codes else None
         sx = None
         # wgmma reads the activations from shared memory in K-major rows of at most 128 bytes: a step's tile
         # is stored as kt / chunk tiles of chunk columns
@@ -592,8 +610,11 @@ class QuantizedMatmul(tilus.Script):
                     # scales allow: see FUSED_SCALES_MIN_ROWS), where a k-step is one group
                     times = scales if self.scales_in_cast else None
                     minus = zslots[u % zq] if self.zero_points and self.scales_in_cast else None
-                    weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement, scale=1.0 / self.fold,
-                                        minus=minus, times=times)
+                    if self.biased_codes:
+                        weights = self.cast(codes, dtype, layout=a_layout, biased=True)
+                    else:
+                        weights = self.cast(codes, dtype, layout=a_layout, placement=fmt.placement,
+                                            scale=1.0 / self.fold, minus=minus, times=times)
                     if wq and fixed:  # the slot's codes are converted: it takes step i + prefetch's words
                         self.assign(wslots[u % wq], self.load_step_words(gw, granule0, self.k_step(first, local, wq),
                                                                          words))
@@ -623,12 +644,16 @@ class QuantizedMatmul(tilus.Script):
                                                         init=0.0)
                             if per_step == 1:
                                 partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
+                                if bias is not None:
+                                    partial = partial - self.dot_split(bias, x, zero, warp_grid=[warps, 1])
                                 acc = acc + partial * self.folded(scales.to(float32))
                             else:
                                 cut = (slice(None),) * len(lead)  # (every k-step of the groups of warps)
-                                partial = self.dot_split(weights[cut + (slice(None), slice(g * size, (g + 1) * size))],
-                                                         x[cut + (slice(g * size, (g + 1) * size), slice(None))], zero,
-                                                         warp_grid=[warps, 1])
+                                columns = cut + (slice(None), slice(g * size, (g + 1) * size))
+                                rows = x[cut + (slice(g * size, (g + 1) * size), slice(None))]
+                                partial = self.dot_split(weights[columns], rows, zero, warp_grid=[warps, 1])
+                                if bias is not None:
+                                    partial = partial - self.dot_split(bias[columns], rows, zero, warp_grid=[warps, 1])
                                 acc = acc + partial * self.folded(scales[cut + (slice(None), slice(g, g + 1))]
                                                                   .to(float32))
                     if release:

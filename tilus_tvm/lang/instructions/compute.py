@@ -58,6 +58,18 @@ def _check_reordering(builder, x: RegisterTensor, layout: Any) -> None:
                           f"{x.layout} gives it (only the register order may differ)")
 
 
+def _biased_types(op: str, source: Any, dtype: Any):
+    """(source, dtype) of a biased cast, checked: 1-, 2- or 4-bit integer codes into float16 or bfloat16."""
+    from tilus_tvm.instructions.cast_rules import interleavable
+
+    source, dtype = dtypes.as_dtype(source), dtypes.as_dtype(dtype)
+    if not interleavable(source):
+        raise ScriptError(f"{op}: biased codes are 1-, 2- or 4-bit integers, not {source.name}")
+    if dtype.name not in ("float16", "bfloat16"):
+        raise ScriptError(f"{op}: biased codes convert into float16 or bfloat16, not {dtype.name}")
+    return source, dtype
+
+
 class ComputeInstructions(InstructionBase):
     """Elementwise math, casts, reductions, scans, dot and printf."""
 
@@ -163,7 +175,7 @@ class ComputeInstructions(InstructionBase):
     def cast(self, x: RegisterTensor, dtype: DataType, *, layout: Optional[Any] = None,
              out: Optional[RegisterTensor] = None, placement: Optional[Any] = None,
              scale: float = 1.0, minus: Optional[RegisterTensor] = None,
-             times: Optional[RegisterTensor] = None) -> RegisterTensor:
+             times: Optional[RegisterTensor] = None, biased: bool = False) -> RegisterTensor:
         """Convert every element of ``x`` to ``dtype`` (same shape and layout), as C converts: floats
         round to nearest, floats to integers truncate toward zero; ``x.to(dtype)`` is the same. Packed
         low-precision types convert exactly (:mod:`tilus_tvm.instructions.cast`).
@@ -193,10 +205,20 @@ class ComputeInstructions(InstructionBase):
         ``uint8``, and for 8-bit floats into bfloat16. Otherwise, and for other types, the thread takes the
         separate steps. An integer's zero code times a negative scale may then give +0 where the separate steps give -0.
 
+        ``biased``: for 1-, 2- and 4-bit integer codes in interleaved order (``layout`` given, x's layout
+        ``interleave_local(layout, 32 / bits)``) into float16 or bfloat16, with no ``minus`` or ``times``: each
+        element of the result is its value plus a constant of its register slot (exactly: the magic number of
+        its code's place left in, one ``lop3`` a pair and no fma), which :meth:`cast_bias` gives as a tensor.
+        For a dot that takes the biases' dot off afterwards: ``a @ w == a @ biased - a @ bias``.
+
         >>> h = self.cast(acc, float16)   # doctest: +SKIP
         >>> w = self.cast(self.view(words, dtype=uint4b, layout=interleave_local(mma_a, 8)), float16,
         ...               layout=mma_a)   # doctest: +SKIP
         """
+        if biased:
+            if placement is not None or scale != 1.0 or minus is not None or times is not None or out is not None:
+                raise ScriptError("cast: biased takes no placement, scale, minus, times or out (give layout)")
+            return self._biased_cast(x, dtype, layout)
         if placement is not None or scale != 1.0:
             return self._placed_cast(x, dtype, layout, out, placement, scale, minus, times)
         if minus is not None or times is not None:
@@ -212,6 +234,53 @@ class ComputeInstructions(InstructionBase):
         _check_reordering(builder, x, layout)
         result = builder.new_register(dtypes.as_dtype(dtype), x.shape, layout)
         return builder.materialize(cast_value(x, dtype), result)
+
+    def cast_bias(self, source: DataType, dtype: DataType, layout: Any) -> RegisterTensor:
+        """The constants that ``cast(codes, dtype, layout=layout, biased=True)`` adds, for codes of type
+        ``source`` (a 1-, 2- or 4-bit integer type): a register tensor of ``dtype`` laid out as ``layout``, each
+        slot set once (no instruction in a loop that uses it).
+
+        >>> w = self.cast(codes, float16, layout=mma_a, biased=True)   # doctest: +SKIP
+        >>> bias = self.cast_bias(uint2b, float16, mma_a)   # (before the loop)   # doctest: +SKIP
+        >>> acc = self.dot(w, x, zero) - self.dot(bias, x, zero)   # doctest: +SKIP
+        """
+        from tilus_tvm.instructions import cast_rules as rules
+        from tilus_tvm.ir.inst import SlotValues
+        from tilus_tvm.lang.instructions.memory import check_layout
+
+        builder = self._builder("cast_bias")
+        source, dtype = _biased_types("cast_bias", source, dtype)
+        if layout is None:
+            raise ScriptError("cast_bias: layout (the biased cast's result layout) is required")
+        check_layout("cast_bias", layout, tuple(layout.shape), builder.num_threads)
+        per_word = 32 // source.nbits
+        if layout.local_size % per_word:
+            raise ScriptError(f"cast_bias: layout {layout} gives each thread {layout.local_size} registers, not whole "
+                              f"words of {per_word} {source.name} codes")
+        biases = rules.interleaved_biases(source, dtype.name)
+        values = tuple(biases[slot % per_word // 2] for slot in range(layout.local_size))
+        return builder.allocate_register(dtype, list(layout.shape), layout, SlotValues(values))
+
+    def _biased_cast(self, x, dtype, layout) -> RegisterTensor:
+        from tilus_tvm.instructions.cast import is_interleaved_order, register_order
+        from tilus_tvm.ir import inst as ir
+
+        builder = self._builder("cast")
+        x = builder.materialize(x)
+        if not isinstance(x, RegisterTensor):
+            raise ScriptError(f"cast: with biased, x must be a register tensor, got {x!r}")
+        source, dtype = _biased_types("cast", x.dtype, dtype)
+        if layout is None or x.layout is None:
+            raise ScriptError("cast: biased needs layout and x's layout known (x in interleave_local(layout, 32 / "
+                              "bits) order)")
+        _check_reordering(builder, x, layout)
+        order = register_order(x.layout, layout)
+        if order is None or not is_interleaved_order(order, source):
+            raise ScriptError(f"cast: biased takes x in interleaved order: x's layout {x.layout} must be "
+                              f"interleave_local({layout}, {32 // source.nbits})")
+        result = builder.new_register(dtype, x.shape, layout)
+        builder.emit(ir.Cast(result, x, biased=True))
+        return result
 
     def _affine_cast(self, x, dtype, layout, out, placement, scale, minus, times) -> RegisterTensor:
         """The Cast instruction of cast(x, dtype, minus=, times=), placed codes' too (placement and scale as checked

@@ -218,7 +218,7 @@ HOPPER_CONFIGS = ((8, (4, 5, 6), _HOPPER_DECODE_RING, 2, 4),
 _STAGED_DECODE_GROUPS = replace(_HOPPER_DECODE_RING, stage_activations=True, stages=2, prefetch=1, min_blocks=2,
                                 k_groups=2)
 _STAGED_TWO_BIT_GROUPS = replace(_STAGED_DECODE_GROUPS, weight_stages=4)
-# 1- and 2-bit codes in that tile, where a k-step is one scale group and no zero points, convert with their place's
+# 2-bit codes in that tile, where a k-step is one scale group and no zero points, convert with their place's
 # magic number left in (biased_codes: one lop3 a pair, no fma; each group's dot takes off the dot of those biases
 # with the same activations, one more mma a k16 step that ptxas shares between a warp's units). H100, A/B in one
 # process, three runs each, outputs checked (against the exact conversion: within 7e-4 of the largest output):

@@ -144,11 +144,11 @@ def quantized_kernels(cuda):
 
     # the table's load paths: the per-thread weight ring (u4 at 1 and 5 rows), activations staged through
     # shared memory (u4 at 12 rows, uint8 at 3 rows, and the large-batch path at 70 rows); bit-placed words
-    # (uint3b at 1 row, uint6b at 16)
+    # (uint3b at 1 row, uint6b at 16); 2-bit codes (their decode row at 3 rows: biased codes)
     for name, codes_max, m, n, k in (("uint4b", 16, 1, 200, 384), ("uint4b", 16, 5, 72, 512),
                                       ("uint4b", 16, 12, 72, 512), ("uint8", 256, 3, 72, 512),
                                       ("uint4b", 16, 70, 130, 256), ("uint3b", 8, 1, 200, 384),
-                                      ("uint6b", 64, 16, 72, 512)):
+                                      ("uint6b", 64, 16, 72, 512), ("uint2b", 4, 3, 200, 512)):
         codes = torch.randint(0, codes_max, (k, n), **cuda).float()
         packed = pack_weight(codes, name, 128)
         scales = torch.rand(k // 128, n, dtype=torch.float16, **cuda) / codes_max / 2
@@ -171,6 +171,8 @@ def quantized_kernels(cuda):
             # the sm_90a decode rows: weights through a TMA ring of 3 stages released by the warps, register
             # queues in fixed slots of the unrolled k-loop; K of 8 or 16 steps split in two (each stage reused);
             # at group 64 the 3-bit ring's stages (1536 bytes) are not multiples of 1024 (unswizzled)
+            from tilus_tvm import dtypes
+            from tilus_tvm.instructions.cast_rules import interleavable
             from tilus_tvm.schedules.quantized_configs import HOPPER_CONFIGS, IN_BLOCK_SPLIT
             tiles = []
             for row in dict.fromkeys(row[2] for row in HOPPER_CONFIGS):  # (rows that share a tile: once)
@@ -179,10 +181,14 @@ def quantized_kernels(cuda):
                               f"{config.block_m} rows{', staged' if config.stage_activations else ''})", config))
             # the tiles with K split over two groups of warps (4 stages of 2 steps; the 9-16-row tile's activations
             # staged one tile a group)
+            # (the tile with biased codes for 1-, 2- and 4-bit integers, which are stored interleaved)
             for tile, split in itertools.product(dict.fromkeys(row[3] for row in IN_BLOCK_SPLIT), (1, 2)):
+                if tile.biased_codes and not interleavable(dtypes.as_dtype(name)):
+                    continue
                 config = replace(tile, split_k=split)
                 tiles.append((f"decode TMA ring, K over two groups of warps, split in {split}"
-                              f"{', staged' if config.stage_activations else ''}", config))
+                              f"{', staged' if config.stage_activations else ''}"
+                              f"{', biased codes' if config.biased_codes else ''}", config))
             long_a = torch.randn(m, 1024, dtype=torch.float16, **cuda)
             long_codes = torch.randint(0, codes_max, (1024, n), **cuda).float()
             for group in (128, 64):

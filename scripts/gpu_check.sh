@@ -52,7 +52,10 @@ fi
 
 # name:seconds:command -- BENCHES="norms tuning" runs just these (one device call allows 600 s)
 BENCH_LIST=(
-  "sanitize:300:compute-sanitizer --tool memcheck python3 scripts/sanitize_kernels.py"
+  # (under memcheck quantized_matmul's kernels took more than 560 s at once: in two parts)
+  "sanitize:300:compute-sanitizer --tool memcheck python3 scripts/sanitize_kernels.py others"
+  "sanitize_u4:560:compute-sanitizer --tool memcheck python3 scripts/sanitize_kernels.py quantized uint4b"
+  "sanitize_qmm:560:compute-sanitizer --tool memcheck python3 scripts/sanitize_kernels.py quantized uint8 uint3b uint6b uint2b"
   "matmul:300:python3 scripts/bench_matmul.py"
   "norms:300:python3 scripts/bench_norms.py"
   "attention:300:python3 scripts/bench_attention.py"

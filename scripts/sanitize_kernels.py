@@ -6,6 +6,8 @@ under compute-sanitizer:
     compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py quantized   # quantized_matmul only
+    compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py quantized uint8 uint2b   # these weights
+    compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py others   # all but quantized_matmul
 
 Ragged shapes make the masked edges of loads and stores execute. Results are checked too.
 """
@@ -29,7 +31,7 @@ def check(name, got, expected, tol=1e-2):
     print(f"ok {name}")
 
 
-def main():
+def main(quantized: bool = True):
     cuda = dict(device="cuda")
     a = torch.randn(37, **cuda)
     b = torch.empty_like(a)
@@ -98,12 +100,12 @@ def main():
                 kernel(m, n, k, x, y.t().contiguous() if b_layout == "col" else y, z)
                 check(f"split-K {config} splits={splits} {b_layout} {m}x{n}x{k} launch {launch}", z,
                       x.float() @ y.float())
-    library_kernels(cuda)
+    library_kernels(cuda, quantized)
     torch.cuda.synchronize()
     print("all kernels ran")
 
 
-def library_kernels(cuda):
+def library_kernels(cuda, quantized: bool = True):
     """The schedules/ functions on lengths that are not multiples of their tiles."""
     import torch.nn.functional as F
 
@@ -130,7 +132,8 @@ def library_kernels(cuda):
     check("rms_norm 37x1000", rms_norm(x, w), F.rms_norm(x.float(), (1000,), w.float(), 1e-6), 2e-2)
     long_rows = torch.randn(5, 20000, dtype=torch.float16, **cuda)
     check("softmax online 5x20000", softmax(long_rows, online=True), torch.softmax(long_rows.float(), -1), 1e-3)
-    quantized_kernels(cuda)
+    if quantized:
+        quantized_kernels(cuda)
 
 
 def dequantized_product(a, codes, scales, group):
@@ -138,7 +141,9 @@ def dequantized_product(a, codes, scales, group):
     return a.float() @ (codes.half() * scales.repeat_interleave(group, 0)).float()
 
 
-def quantized_kernels(cuda):
+def quantized_kernels(cuda, types=None):
+    """quantized_matmul's kernels, for every weight type below or only ``types`` (names; under memcheck the whole
+    list takes longer than one call of the device tool: run it in parts)."""
     from tilus_tvm.schedules import pack_weight, quantized_matmul
     from tilus_tvm.schedules.quantized_matmul import Config
 
@@ -149,6 +154,8 @@ def quantized_kernels(cuda):
                                       ("uint4b", 16, 12, 72, 512), ("uint8", 256, 3, 72, 512),
                                       ("uint4b", 16, 70, 130, 256), ("uint3b", 8, 1, 200, 384),
                                       ("uint6b", 64, 16, 72, 512), ("uint2b", 4, 3, 200, 512)):
+        if types and name not in types:
+            continue
         codes = torch.randint(0, codes_max, (k, n), **cuda).float()
         packed = pack_weight(codes, name, 128)
         scales = torch.rand(k // 128, n, dtype=torch.float16, **cuda) / codes_max / 2
@@ -229,9 +236,9 @@ def quantized_kernels(cuda):
                       dequantized_product(small_a, long_codes, large, 128), 5e-2)
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["quantized"]:
-        quantized_kernels(dict(device="cuda"))
+    if sys.argv[1:2] == ["quantized"]:
+        quantized_kernels(dict(device="cuda"), sys.argv[2:] or None)
         torch.cuda.synchronize()
         print("all kernels ran")
     else:
-        main()
+        main(quantized=sys.argv[1:] != ["others"])

@@ -360,13 +360,9 @@ def interleaved_int_word_affine(ops: Any, word: Any, dtype: DataType, half: str,
     ``coefficients(i, base)`` gives the bits of pair ``i``'s multiplier and addend (``uint32``, two lanes).
     The cast takes a zero point (``mul`` 1, ``add -base - z``) or a scale (``mul s``, ``add -base * s``)
     into that fma this way, where the addend is exact (:func:`tilus_tvm.instructions.cast` checks)."""
-    mantissa_bits = HALF_FORMAT[half][1]
-    pairs = []
-    for i, (place, sign, bits) in enumerate(_interleaved_fields(ops, word, dtype, half,
-                                                                lambda place: place_magic(half, place))):
-        mul, add = coefficients(i, math.ldexp(1.0, mantissa_bits - place) + sign)
-        pairs.append(ops.fma2_bits(bits, mul, add, half))
-    return pairs
+    biases = interleaved_biases(dtype, half)
+    return [ops.fma2_bits(bits, *coefficients(i, biases[i]), half)
+            for i, bits in enumerate(interleaved_int_word_biased(ops, word, dtype, half))]
 
 
 def interleaved_int_word_biased(ops: Any, word: Any, dtype: DataType, half: str) -> list:
@@ -381,12 +377,7 @@ def interleaved_biases(dtype: DataType, half: str) -> list:
     """The bias ``b`` of each pair of :func:`interleaved_int_word_biased`, in pair order (both lanes): ``2**(m -
     place)`` (``m`` the mantissa's bits), plus ``2**(n-1)`` for signed codes, whose sign bit is flipped."""
     mantissa_bits = HALF_FORMAT[half][1]
-    return [math.ldexp(1.0, mantissa_bits - place) + sign for place, sign in _interleaved_places(dtype, half)]
-
-
-def _interleaved_places(dtype: DataType, half: str) -> list:
-    """(place, signed offset) of each pair of :func:`interleaved_int_word`, in pair order."""
-    return [(place, sign) for _, place, sign in _interleaved_steps(dtype, half)]
+    return [math.ldexp(1.0, mantissa_bits - place) + sign for _, place, sign in _interleaved_steps(dtype, half)]
 
 
 def _interleaved_steps(dtype: DataType, half: str) -> list:

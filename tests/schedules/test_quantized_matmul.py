@@ -329,27 +329,42 @@ def test_the_hopper_decode_row_splits_k_inside_the_block():
 
 
 def test_biased_codes():
-    """biased_codes: the 2-bit decode row in groups of warps (1-8 rows on sm_90a), in groups of one k-step without
-    zero points, converts each code pair by one lop3 under its place's own magic number, with no paired fma, and
-    takes the biases' dot off each group's (one more mma a k16 step: ptxas shares the identical mma of a warp's two
-    units); the other rows, zero points, smaller groups and per-channel scales convert exactly. Every configuration
-    it cannot serve is refused by name."""
-    def decode(name, m, group=128, **kwargs):
-        return choose_config(m, WeightFormat(dtypes.as_dtype(name), 8192, 28672, group or 8192), 132,
+    """biased_codes: the 2-bit decode row in groups of warps (1-8 rows on sm_90a), in groups of one k-step, converts
+    each code pair by one lop3 under its place's own magic number, with no paired fma, and takes the biases' dot off
+    each group's (one more mma a k16 step: ptxas shares the identical mma of a warp's two units); with zero points
+    (ZERO_POINT_BIASED) also the 4-bit decode rows and groups of 64, each channel's zero point then coming off as its
+    product with the group's activation sums. The other rows, smaller groups and per-channel scales convert exactly.
+    Every configuration it cannot serve is refused by name."""
+    def decode(name, m, group=128, k=8192, n=28672, **kwargs):
+        return choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group or k), 132,
                              **{"wgmma": True, **kwargs})
 
     for m in (1, 4, 8):
         for name in ("uint2b", "int2b"):
             assert decode(name, m).biased_codes and decode(name, m, dtype="bfloat16").biased_codes, (name, m)
-            assert not decode(name, m, zero_points=True).biased_codes, (name, m)
             for group in (32, 64, None):
                 assert not decode(name, m, group).biased_codes, (name, m, group)
-        for name in ("uint4b", "uint3b", "int5b", "uint8"):
+        for name in ("uint2b", "int2b", "uint4b", "int4b"):  # with zero points: groups of 64 or more
+            for group in (128, 64):
+                assert decode(name, m, group, zero_points=True).biased_codes, (name, m, group)
+            for group in (32, None):
+                assert not decode(name, m, group, zero_points=True).biased_codes, (name, m, group)
+        for name in ("uint4b", "uint3b", "int5b", "uint8", "float4_e2m1"):
             assert not decode(name, m).biased_codes, (name, m)
+        for name in ("uint3b", "int5b", "uint8", "float4_e2m1"):  # (not interleaved integer codes)
+            assert not decode(name, m, zero_points=True).biased_codes, (name, m)
     for m in (9, 16, 64, 256):
         assert not decode("uint2b", m).biased_codes, m
+        assert not decode("uint4b", m, zero_points=True).biased_codes, m
     assert not decode("uint2b", 1, wgmma=False).biased_codes
-    assert not choose_config(1, WeightFormat(dtypes.uint2b, 4096, 11008, 128), 132, wgmma=True).biased_codes
+    assert not decode("uint4b", 1, wgmma=False, zero_points=True).biased_codes
+    # the 7B and 70B decode shapes: the 4-bit ring row split in 4 with zero points, not the 2-bit register row
+    for k, n in ((4096, 11008), (4096, 12288), (8192, 10240)):
+        assert decode("uint4b", 1, k=k, n=n, zero_points=True).biased_codes, (k, n)
+        assert not decode("uint4b", 1, k=k, n=n).biased_codes, (k, n)
+        assert not decode("uint4b", 1, 64, k=k, n=n, zero_points=True).biased_codes, (k, n)
+    assert not decode("uint2b", 1, k=4096, n=11008).biased_codes
+    assert not decode("uint2b", 1, k=4096, n=11008, zero_points=True).biased_codes
 
     fmt = WeightFormat(dtypes.uint2b, 1024, 512, 128)
     row = replace(decode("uint2b", 1), split_k=1)
@@ -377,9 +392,19 @@ def test_biased_codes():
         assert "mma.sync.aligned.m16n8k16" in code
         assert ("fma.rn.f16x2" in code) != biased, biased  # the conversion's paired fma, gone when biased
     assert dots[True] == 2 * dots[False] > 0  # (the biases' dot beside each of the weights')
+    # with zero points: no paired fma either (the exact conversion's takes the zero point), and a third dot, of ones
+    row = replace(decode("uint2b", 1, zero_points=True), split_k=1)
+    assert row.biased_codes
+    mma = {}
+    for biased in (False, True):
+        kernel, compiled = compile_kernel(fmt, 1, replace(row, biased_codes=biased), zero_points=True,
+                                          target="sm_90a")
+        code = ptx(compiled, "sm_90a")
+        assert ("fma.rn.f16x2" in code) != biased, biased
+        mma[biased] = code.count("mma.sync.aligned.m16n8k16")
+    assert mma[True] == 3 * mma[False] > 0
     for kwargs, zero_points, name, group, match in (
             ({"biased_codes": 1}, False, "uint2b", 128, "biased_codes=1 must be True or False"),
-            ({"biased_codes": True}, True, "uint2b", 128, "without zero points"),
             ({"biased_codes": True}, False, "uint3b", 128, "1-, 2- or 4-bit integer codes"),
             ({"biased_codes": True}, False, "float4_e2m1", 128, "1-, 2- or 4-bit integer codes"),
             ({"biased_codes": True, "scale_weights": True}, False, "uint2b", 128, "and scale_weights"),

@@ -484,40 +484,55 @@ _DECODE_GROUPS = {"stage_activations": True, "stages": 2, "prefetch": 1, "min_bl
                   "release_barriers": True, "fixed_slots": True, "k_groups": 2}
 
 
-@pytest.mark.parametrize("name,m,k,n,group,dtype,positive,overrides", [
-    ("uint2b", 1, 2048, 264, 128, torch.float16, False, {**_DECODE_GROUPS, "weight_stages": 4}),  # the u2 decode row
-    ("uint2b", 8, 4096, 520, 128, torch.float16, True, {**_DECODE_GROUPS, "weight_stages": 4}),
-    ("int2b", 7, 2048, 300, 64, torch.bfloat16, False, _DECODE_GROUPS),  # two groups a k-step: the bias sliced
-    ("uint1b", 3, 1024, 200, 32, torch.float16, True, _DECODE_GROUPS),
-    ("int1b", 2, 1024, 136, 128, torch.bfloat16, False, _DECODE_GROUPS),
+@pytest.mark.parametrize("name,m,k,n,group,dtype,positive,overrides,zero_points", [
+    ("uint2b", 1, 2048, 264, 128, torch.float16, False, {**_DECODE_GROUPS, "weight_stages": 4}, False),  # the u2 row
+    ("uint2b", 8, 4096, 520, 128, torch.float16, True, {**_DECODE_GROUPS, "weight_stages": 4}, False),
+    ("int2b", 7, 2048, 300, 64, torch.bfloat16, False, _DECODE_GROUPS, False),  # two groups a k-step: the bias sliced
+    ("uint1b", 3, 1024, 200, 32, torch.float16, True, _DECODE_GROUPS, False),
+    ("int1b", 2, 1024, 136, 128, torch.bfloat16, False, _DECODE_GROUPS, False),
     ("uint2b", 12, 2048, 264, 128, torch.float16, True, {**_DECODE_GROUPS, "warps": 2, "units_per_warp": 4,
-                                                         "block_m": 16}),  # the 9-16-row tile
+                                                         "block_m": 16}, False),  # the 9-16-row tile
     ("int2b", 16, 1024, 300, 128, torch.bfloat16, False, {**_DECODE_GROUPS, "warps": 2, "units_per_warp": 4,
-                                                          "block_m": 16}),
-    ("uint4b", 5, 2048, 264, 128, torch.float16, True, _DECODE_GROUPS),
-    ("uint2b", 5, 1024, 264, 64, torch.float16, False, {}),  # registers, no staging, no ring
-    ("uint2b", 9, 2048, 130, 128, torch.float16, True, {"block_m": 16, "stage_activations": True, "split_k": 2})])
-def test_biased_codes(name, m, k, n, group, dtype, positive, overrides):
+                                                          "block_m": 16}, False),
+    ("uint4b", 5, 2048, 264, 128, torch.float16, True, _DECODE_GROUPS, False),
+    ("uint2b", 5, 1024, 264, 64, torch.float16, False, {}, False),  # registers, no staging, no ring
+    ("uint2b", 9, 2048, 130, 128, torch.float16, True, {"block_m": 16, "stage_activations": True, "split_k": 2}, False),
+    # with zero points: each channel's zero point times the group's activation sums (a dot of ones)
+    ("uint2b", 1, 2048, 264, 128, torch.float16, False, {**_DECODE_GROUPS, "weight_stages": 4}, True),
+    ("uint2b", 8, 4096, 520, 128, torch.bfloat16, True, {**_DECODE_GROUPS, "weight_stages": 4}, True),
+    ("uint4b", 5, 2048, 264, 128, torch.float16, True, _DECODE_GROUPS, True),
+    ("uint4b", 1, 4096, 392, 64, torch.bfloat16, False, _DECODE_GROUPS, True),  # two groups a k-step
+    ("int2b", 3, 1024, 136, 32, torch.float16, True, _DECODE_GROUPS, True),
+    ("uint1b", 2, 1024, 200, 128, torch.float16, False, _DECODE_GROUPS, True),
+    ("uint2b", 16, 2048, 264, 128, torch.float16, True, {**_DECODE_GROUPS, "warps": 2, "units_per_warp": 4,
+                                                         "block_m": 16}, True),
+    ("uint4b", 4, 1024, 264, 64, torch.float16, False, {}, True)])  # registers, no staging, no ring
+def test_biased_codes(name, m, k, n, group, dtype, positive, overrides, zero_points):
     """biased_codes: the codes convert with their place's magic number left in (one lop3 a pair) and each group's
-    dot takes off the dot of those biases with the same activations. Against torch, and within a few units of the
-    output's last place of the same tile converting each pair exactly: activations of both signs, or all positive
-    (the biased sums then largest, up to ~1024 times the true ones: the float32 accumulators' cancellation)."""
+    dot takes off the dot of those biases with the same activations (and with zero points, each channel's zero
+    point times the group's activation sums). Against torch, and within a few units of the output's last place of
+    the same tile converting each pair exactly: activations of both signs, or all positive (the biased sums then
+    largest, up to ~1024 times the true ones: the float32 accumulators' cancellation)."""
     if overrides.get("weight_stages") and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("TMA needs sm_90")
     generator = torch.Generator().manual_seed(m)
     w = random_weight(name, k, n, generator)
     packed = pack_weight(w.cuda(), name, group).to("cuda")
     scales = ((torch.rand(k // group, n, generator=generator) + 0.5) / math.sqrt(k)).to(dtype).cuda()
+    zeros = None
+    if zero_points:  # integers of the code range, as asymmetric quantization gives
+        low, high = int(w.min().item()), int(w.max().item())
+        zeros = torch.randint(low, high + 1, (k // group, n), generator=generator).to(dtype).cuda()
     a = torch.rand(m, k, generator=generator) + 0.5 if positive else torch.randn(m, k, generator=generator)
     a = a.to(dtype).cuda()
     config = Config(**{"units_per_warp": 2, "block_m": 8, **overrides})
     outs = []
     for biased in (True, False):
         out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
-        quantized_matmul(a, packed, scales, out=out, config=replace(config, biased_codes=biased))
+        quantized_matmul(a, packed, scales, zeros, out=out, config=replace(config, biased_codes=biased))
         outs.append(out.float())
-    reference = a.float() @ dequantize(packed, scales)
+    reference = a.float() @ dequantize(packed, scales, zeros)
     scale = reference.abs().max().item()
     torch.testing.assert_close(outs[0], reference, rtol=2e-2, atol=2e-2 * scale)
     ulp = 2.0 ** (math.frexp(scale)[1] - (11 if dtype == torch.float16 else 8))  # the largest output's last place
-    assert (outs[0] - outs[1]).abs().max().item() <= 4 * ulp, (name, m, group, dtype, positive)
+    assert (outs[0] - outs[1]).abs().max().item() <= 4 * ulp, (name, m, group, dtype, positive, zero_points)

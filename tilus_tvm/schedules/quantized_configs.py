@@ -229,6 +229,23 @@ _STAGED_TWO_BIT_GROUPS = replace(_STAGED_DECODE_GROUPS, weight_stages=4)
 # 13.4-13.7 -> 14.0-14.2), u4's decode row (44.8-45.0 -> 44.9-45.2), and the bias's dot ahead of each group's, as
 # the initial sums of its mma (u2 35.2-35.9, int2 35.6-36.5: one chain twice as long).
 _BIASED_TWO_BIT_GROUPS = replace(_STAGED_TWO_BIT_GROUPS, biased_codes=True)
+# With zero points, biased codes take the zero point's part as a term of its own, each channel's zero point times the
+# group's sums of the activations (a dot of ones), in place of a subtraction from every weight pair: the 2- and 4-bit
+# decode rows in groups of warps, in groups of 64 inputs or more, and the 4-bit ring row split K in 4 (the 7B and 70B
+# shapes), in groups of a k-step, take them. H100, A/B in one process, three runs each, outputs checked (zero points
+# of the code range): 1x8192x28672 u2 41.7-42.1 -> 39.1-39.5 us, int2 41.6-41.7 -> 39.6-39.7, u4 48.2-48.3 ->
+# 47.6-47.8, int4 47.9-48.2 -> 47.5-47.6; 4 rows u2 42.1-42.5 -> 39.3-40.3, u4 48.4-48.7 -> 47.7-48.0, int4 48.3-48.5
+# -> 47.6-47.7; 8 rows u2 42.5-42.7 -> 40.2-41.2, int2 41.9-43.2 -> 40.9-41.1, u4 48.6-48.8 -> 47.9-48.0, int4
+# 48.0-48.6 -> 47.7-47.9; groups of 64, u2 45.6-45.8 -> 43.0-43.3 (8 rows 46.4-46.7 -> 45.1-45.2), u4 53.2-53.9 ->
+# 51.3-51.6 (8 rows 54.0-54.1 -> 51.8-52.0); 1x4096x11008 u4 16.2 -> 15.7-15.9, int4 16.2-16.4 -> 15.8-15.9;
+# 1x4096x12288 u4 16.6-16.8 -> 16.1-16.4, int4 16.8-17.0 -> 16.5; 1x8192x10240 u4 24.5-24.9 -> 23.6-23.8, int4 24.8 ->
+# 23.4-23.6. Not taken: groups of 32 (u2 60.7-61.4 -> 64.3-64.4, u4 66.8-67.5 -> 69.4-69.5), the 9-16-row tile (16
+# rows u2 45.2-46.5 -> 50.4-50.7, int2 48.9-50.3 -> 50.4-50.6, u4 51.9-52.2 -> 53.6-53.8, int4 52.4-52.8 -> 53.6-55.1)
+# and the 2-bit register row split in 4 (1x4096x11008 u2 15.0-15.2 -> 15.3-15.4, int2 15.1-15.3 -> 15.3-15.4).
+# (the tile, with its K split in how many, the most rows by the weights' width in bits, the most scale groups a k-step)
+ZERO_POINT_BIASED = ((_STAGED_TWO_BIT_GROUPS, 1, {2: 8}, 2),
+                     (_STAGED_DECODE_GROUPS, 1, {4: 8}, 2),
+                     (_HOPPER_DECODE_RING, 4, {4: 8}, 1))
 _SIXTEEN_ROW_GROUPS = replace(_SIXTEEN_ROW_RING, k_groups=2, min_blocks=2)
 _SIXTEEN_ROW_SMALL_GROUPS = replace(_SIXTEEN_ROW_GROUPS, warps=2, units_per_warp=4)
 # (the tile split in two over the grid, the most rows that take the split inside the block by the weights' width in
@@ -410,7 +427,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     the types of ``WGMMA_SHORT_GRID_QUEUES``; below that, its rows of ``HOPPER_CONFIGS`` come first, where their
     grid fills the SMs unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an
     SM; the decode rows of 2-6-bit weights (and at 9-16 rows the ring row of 4-bit weights and the row of 2-3-bit
-    ones in groups of 128) split K in two inside their blocks instead of over the grid, ``IN_BLOCK_SPLIT``): the table's for the batch; K is split (``split_k``,
+    ones in groups of 128) split K in two inside their blocks instead of over the grid, ``IN_BLOCK_SPLIT``, and
+    with ``zero_points`` the rows of ``ZERO_POINT_BIASED`` take biased codes): the table's for the batch; K is split (``split_k``,
     doubling) while the grid has fewer blocks per SM than the table's row asks (two, or six for the ring row's small
     blocks) and every split keeps at least 8 k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a
     row that would need more splits than it allows (the ring row: two) leaves the batch to the next. Uneven splits
@@ -475,7 +493,8 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             blocks *= 2
             splits = _splits(blocks, wanted, fmt.steps)
         if max_split is None or splits <= max_split:
-            return _split_in_block(m, fmt, replace(config, split_k=splits), wgmma, zero_points)
+            config = _split_in_block(m, fmt, replace(config, split_k=splits), wgmma, zero_points)
+            return _biased_zero_points(m, fmt, config) if zero_points else config
     raise AssertionError("the last row of CONFIGS serves every batch")
 
 
@@ -513,6 +532,19 @@ def _split_in_block(m: int, fmt: WeightFormat, config: Config, tma: bool, zero_p
         if replace(config, split_k=1) == tile and m <= rows.get(fmt.dtype.nbits, 0) \
                 and (groups is None or fmt.groups_per_step <= groups):
             return split_tile
+    return config
+
+
+def _biased_zero_points(m: int, fmt: WeightFormat, config: Config) -> Config:
+    """``config`` with ``biased_codes`` for weights with zero points where ``ZERO_POINT_BIASED`` says it measured
+    faster: interleaved integer codes (1, 2 or 4 bits), up to the rows listed for their width and the scale groups
+    a k-step."""
+    if not fmt.interleaved or fmt.per_channel:
+        return config
+    for tile, splits, rows, groups in ZERO_POINT_BIASED:
+        if replace(config, split_k=1) == tile and config.split_k == splits and m <= rows.get(fmt.dtype.nbits, 0) \
+                and fmt.groups_per_step <= groups:
+            return replace(config, biased_codes=True)
     return config
 
 

@@ -266,9 +266,10 @@ class QuantizedMatmul(tilus.Script):
     points, whose scales multiply the weights, take their group's scale into the paired fma or multiply that
     converts them (``cast(..., times=)``), in every thread whose scales allow it; None: on the ``warpgroup_mma``
     tiles of more than ``FUSED_SCALES_MIN_ROWS`` rows; ``biased_codes``: 1-, 2- and 4-bit integer codes in groups,
-    without zero points, on the mma.sync tiles that scale each group's product, convert with their place's magic
-    number left in (``cast(..., biased=True)``: one ``lop3`` a pair, no fma), and each group's dot takes off the
-    dot of those biases (``cast_bias``) with the same activations.
+    on the mma.sync tiles that scale each group's product, convert with their place's magic number left in
+    (``cast(..., biased=True)``: one ``lop3`` a pair, no fma), and each group's dot takes off the dot of those
+    biases (``cast_bias``) with the same activations; with zero points, also each channel's zero point times the
+    group's sums of the activations (a dot of ones), in place of a subtraction from every weight.
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
@@ -381,12 +382,10 @@ class QuantizedMatmul(tilus.Script):
             not fmt.per_channel and (self.fused_scales or not fusable)
         if not isinstance(biased_codes, bool):
             raise ScriptError(f"QuantizedMatmul: biased_codes={biased_codes!r} must be True or False")
-        if biased_codes and (not fmt.interleaved or self.zero_points or self.warpgroup_mma or self.scale_weights or
-                             fmt.per_channel):
+        if biased_codes and (not fmt.interleaved or self.warpgroup_mma or self.scale_weights or fmt.per_channel):
             raise ScriptError(f"QuantizedMatmul: biased_codes=True takes 1-, 2- or 4-bit integer codes (stored "
-                              f"interleaved) in groups, without zero points, on the mma.sync tiles whose scales "
-                              f"multiply each group's product (not warpgroup_mma or scale_weights); got "
-                              f"{fmt.describe()}{' with zero points' if self.zero_points else ''}"
+                              f"interleaved) in groups, on the mma.sync tiles whose scales multiply each group's "
+                              f"product (not warpgroup_mma or scale_weights); got {fmt.describe()}"
                               f"{' and warpgroup_mma' if self.warpgroup_mma else ''}"
                               f"{' and scale_weights' if self.scale_weights else ''}")
         self.biased_codes = biased_codes
@@ -448,6 +447,10 @@ class QuantizedMatmul(tilus.Script):
         # biased_codes: the weights convert with the magic number of each code's place left in (one lop3 a pair,
         # no fma), and each group's dot takes off the dot of those constants with the same activations
         bias = self.cast_bias(fmt.dtype, dtype, a_layout) if self.biased_codes else None
+        # and with zero points, each channel's zero point times the group's sums of the activations, a dot of ones:
+        # sum((b + c - b - z) * a) = (b + c) @ a - b @ a - z * (1 @ a)
+        ones = self.register_tensor(dtype=dtype, shape=list(a_layout.shape), layout=a_layout, init=1.0) \
+            if self.biased_codes and self.zero_points else None
         sx = None
         # wgmma reads the activations from shared memory in K-major rows of at most 128 bytes: a step's tile
         # is stored as kt / chunk tiles of chunk columns
@@ -618,7 +621,7 @@ class QuantizedMatmul(tilus.Script):
                     if wq and fixed:  # the slot's codes are converted: it takes step i + prefetch's words
                         self.assign(wslots[u % wq], self.load_step_words(gw, granule0, self.k_step(first, local, wq),
                                                                          words))
-                    if self.zero_points and minus is None:
+                    if self.zero_points and minus is None and not self.biased_codes:
                         weights = self.by_group(weights, zslots[u % zq], "sub")
                     if weighted and times is None:
                         weights = self.by_group(weights, scales, "mul")
@@ -646,6 +649,9 @@ class QuantizedMatmul(tilus.Script):
                                 partial = self.dot_split(weights, x, zero, warp_grid=[warps, 1])
                                 if bias is not None:
                                     partial = partial - self.dot_split(bias, x, zero, warp_grid=[warps, 1])
+                                if ones is not None:
+                                    partial = partial - zslots[u % zq].to(float32) * \
+                                        self.dot_split(ones, x, zero, warp_grid=[warps, 1])
                                 acc = acc + partial * self.folded(scales.to(float32))
                             else:
                                 cut = (slice(None),) * len(lead)  # (every k-step of the groups of warps)
@@ -654,6 +660,10 @@ class QuantizedMatmul(tilus.Script):
                                 partial = self.dot_split(weights[columns], rows, zero, warp_grid=[warps, 1])
                                 if bias is not None:
                                     partial = partial - self.dot_split(bias[columns], rows, zero, warp_grid=[warps, 1])
+                                if ones is not None:
+                                    group_zeros = zslots[u % zq][cut + (slice(None), slice(g, g + 1))]
+                                    partial = partial - group_zeros.to(float32) * \
+                                        self.dot_split(ones[columns], rows, zero, warp_grid=[warps, 1])
                                 acc = acc + partial * self.folded(scales[cut + (slice(None), slice(g, g + 1))]
                                                                   .to(float32))
                     if release:

@@ -196,7 +196,7 @@ def config_text(config: Config) -> str:
             + (" released" if config.release_barriers else "")
             + (" fixed" if config.fixed_slots else "")
             + (f" K/{config.k_groups} a warp group" if config.k_groups > 1 else "")
-            + (" biased" if config.biased_codes else "")
+            + (" biased" if config.biased_codes else "") + (" zero sums" if config.zero_point_sums else "")
             + (" +SplitKSum" if config.split_k > 1 and config.split_reduce == "kernel" else ""))
 
 

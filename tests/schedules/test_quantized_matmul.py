@@ -414,6 +414,63 @@ def test_biased_codes():
                             **kwargs)
 
 
+
+def test_zero_point_sums():
+    """zero_point_sums: integer codes with zero points on the rows of ZERO_POINT_SUMS (3-bit weights' decode row in
+    groups, the 9-16-row rows of 5-, 6- and 8-bit weights) take each channel's zero point
+    off as its product with the group's activation sums: one more mma a k16 step (a dot of ones), no subtraction
+    from the converted weights. Every configuration it cannot serve is refused by name."""
+    def chosen(name, m, k=8192, n=28672, group=128, **kwargs):
+        config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group), 132,
+                               **{"wgmma": True, "zero_points": True, **kwargs})
+        return config.zero_point_sums
+
+    for m in (1, 4, 8):
+        assert chosen("uint3b", m) and chosen("int3b", m), m
+        assert not chosen("uint3b", m, group=64) and not chosen("uint3b", m, zero_points=False), m
+        for name in ("uint4b", "int5b", "uint6b", "uint7b", "uint8", "int8", "uint2b"):
+            assert not chosen(name, m), (name, m)
+    for m in (12, 16):
+        for name in ("int5b", "uint5b", "uint6b", "int6b", "uint8", "int8"):
+            assert chosen(name, m) and not chosen(name, m, zero_points=False), (name, m)
+        for name in ("uint2b", "int2b", "uint3b", "uint4b", "uint7b"):
+            assert not chosen(name, m), (name, m)
+    assert not chosen("uint2b", 1, 4096, 11008) and not chosen("int2b", 1, 28672, 8192)
+    assert not chosen("uint3b", 1, 4096, 11008) and not chosen("uint4b", 1, 28672, 8192)
+    assert not chosen("uint3b", 1, wgmma=False) and not chosen("uint8", 16, group=32)  # (k-steps of 64 inputs)
+    assert not chosen("float8_e4m3", 16) and not chosen("uint8", 64)
+
+    fmt = WeightFormat(dtypes.uint3b, 1024, 512, 128)
+    row = replace(choose_config(1, WeightFormat(dtypes.uint3b, 8192, 28672, 128), 132, wgmma=True, zero_points=True),
+                  split_k=1)
+    assert row.zero_point_sums
+    mma, subs = {}, {}
+    for sums in (False, True):
+        kernel, compiled = compile_kernel(fmt, 1, replace(row, zero_point_sums=sums), zero_points=True,
+                                          target="sm_90a")
+        program = kernel.tile_program(1, meta(1, 1024), meta(*fmt.storage_shape, dtype=torch.int32), meta(8, 512),
+                                      meta(8, 512), meta(1, 512), meta(1, dtype=torch.float32), target="sm_90a")
+        from tilus_tvm.ir import inst as ir
+        from tilus_tvm.ir.stmt import instructions
+
+        body = list(instructions(program.body))
+        # (the weights [.., block_n, kt] less the zero points: gone with the sums)
+        subs[sums] = sum(isinstance(inst, ir.Binary) and inst.op == "sub" and inst.lhs.dtype.name == "float16"
+                         for inst in body)
+        mma[sums] = ptx(compiled, "sm_90a").count("mma.sync.aligned.m16n8k16")
+    assert mma[True] == 2 * mma[False] > 0  # (a dot of ones beside each of the weights')
+    assert subs[False] > 0 and subs[True] == 0
+    three = WeightFormat(dtypes.uint3b, 1024, 512, 128)
+    for kwargs, zero_points, fmt, match in (
+            ({"zero_point_sums": 1}, True, three, "zero_point_sums=1 must be True or False"),
+            ({"zero_point_sums": True}, False, three, "without zero points"),
+            ({"zero_point_sums": True, "scale_weights": True}, True, three, "and scale_weights"),
+            ({"zero_point_sums": True, "warps": 8, "block_m": 64, "stage_activations": True, "scale_weights": True,
+              "warpgroup_mma": True}, True, three, "and warpgroup_mma"),
+            ({"zero_point_sums": True}, True, WeightFormat(dtypes.uint3b, 1024, 512, 1024), "in groups")):
+        with pytest.raises(ScriptError, match=match):
+            QuantizedMatmul(fmt, dtypes.float16, zero_points, **kwargs)
+
 def test_k_split_over_groups_of_warps():
     """k_groups=2: blocks of twice the warps, each group converting and multiplying every other k-step of a stage
     (TMA boxes of two k-steps; the release barriers wait for all 8 warps), the groups' partial sums added through

@@ -536,3 +536,44 @@ def test_biased_codes(name, m, k, n, group, dtype, positive, overrides, zero_poi
     torch.testing.assert_close(outs[0], reference, rtol=2e-2, atol=2e-2 * scale)
     ulp = 2.0 ** (math.frexp(scale)[1] - (11 if dtype == torch.float16 else 8))  # the largest output's last place
     assert (outs[0] - outs[1]).abs().max().item() <= 4 * ulp, (name, m, group, dtype, positive, zero_points)
+
+
+_SIXTEEN_ROW_RING = {"block_m": 16, "prefetch": 1, "stage_activations": True, "stages": 2, "weight_stages": 3,
+                     "release_barriers": True, "fixed_slots": True, "min_blocks": 4}
+
+
+@pytest.mark.parametrize("name,m,k,n,group,dtype,overrides", [
+    ("uint3b", 1, 2048, 264, 128, torch.float16, {**_DECODE_GROUPS, "warps": 2, "units_per_warp": 4}),  # u3 row
+    ("int3b", 8, 2048, 520, 64, torch.bfloat16, {**_DECODE_GROUPS, "warps": 2, "units_per_warp": 4}),
+    ("int5b", 16, 2048, 264, 128, torch.float16, {**_SIXTEEN_ROW_RING, "split_k": 2}),  # 9-16 rows, 5-6 bits
+    ("uint6b", 12, 1024, 136, 32, torch.bfloat16, _SIXTEEN_ROW_RING),  # four groups a k-step
+    ("uint8", 16, 2048, 200, 128, torch.float16, {"block_m": 16, "prefetch": 1, "stage_activations": True,
+                                                  "stages": 3, "split_k": 2}),  # 8-bit weights, 9-16 rows
+    ("int8", 9, 1024, 72, 64, torch.float16, {"block_m": 16, "prefetch": 1, "stage_activations": True,
+                                              "stages": 3}),
+    ("uint2b", 1, 4096, 392, 128, torch.float16, {"block_m": 8, "prefetch": 2, "split_k": 4}),  # the register row
+    ("uint7b", 3, 1024, 130, 128, torch.bfloat16, {})])
+def test_zero_point_sums(name, m, k, n, group, dtype, overrides):
+    """zero_point_sums: codes converted exactly, each channel's zero point taken off as its product with the group's
+    activation sums (a dot of ones) instead of from every converted pair. Against torch, and within a few units of
+    the output's last place of the same tile subtracting the zero points from the weights."""
+    if overrides.get("weight_stages") and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs sm_90")
+    generator = torch.Generator().manual_seed(m + k)
+    w = random_weight(name, k, n, generator)
+    packed = pack_weight(w.cuda(), name, group).to("cuda")
+    scales = ((torch.rand(k // group, n, generator=generator) + 0.5) / math.sqrt(k)).to(dtype).cuda()
+    low, high = int(w.min().item()), int(w.max().item())
+    zeros = torch.randint(low, high + 1, (k // group, n), generator=generator).to(dtype).cuda()
+    a = torch.randn(m, k, generator=generator).to(dtype).cuda()
+    config = Config(**{"units_per_warp": 2, "block_m": 8, **overrides})
+    outs = []
+    for sums in (True, False):
+        out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+        quantized_matmul(a, packed, scales, zeros, out=out, config=replace(config, zero_point_sums=sums))
+        outs.append(out.float())
+    reference = a.float() @ dequantize(packed, scales, zeros)
+    scale = reference.abs().max().item()
+    torch.testing.assert_close(outs[0], reference, rtol=2e-2, atol=2e-2 * scale)
+    ulp = 2.0 ** (math.frexp(scale)[1] - (11 if dtype == torch.float16 else 8))
+    assert (outs[0] - outs[1]).abs().max().item() <= 4 * ulp, (name, m, group, dtype)

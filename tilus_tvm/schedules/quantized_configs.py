@@ -50,6 +50,7 @@ class Config:
     k_groups: int = 1
     fused_scales: Optional[bool] = None
     biased_codes: bool = False
+    zero_point_sums: bool = False
 
 
 # (the largest batch served, the weight widths in bits served or None for all, the configuration, the blocks
@@ -251,14 +252,32 @@ _SIXTEEN_ROW_SMALL_GROUPS = replace(_SIXTEEN_ROW_GROUPS, warps=2, units_per_warp
 # (the tile split in two over the grid, the most rows that take the split inside the block by the weights' width in
 # bits, the most scale groups a k-step, the tile taken instead): the first that matches (a tile with biased_codes
 # only for weights in groups without zero points)
+_THREE_BIT_GROUPS = replace(_STAGED_DECODE_GROUPS, warps=2, units_per_warp=4)
 IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None, _STAGED_DECODE_GROUPS),
-                  (_THREE_BIT_RING, {3: 8}, 1, replace(_STAGED_DECODE_GROUPS, warps=2, units_per_warp=4)),
+                  (_THREE_BIT_RING, {3: 8}, 1, _THREE_BIT_GROUPS),
                   (_THREE_BIT_RING, {3: 8}, None, _STAGED_DECODE_GROUPS),
                   (_REGISTER_DECODE, {2: 8}, 1, _BIASED_TWO_BIT_GROUPS),
                   (_REGISTER_DECODE, {2: 8}, None, _STAGED_TWO_BIT_GROUPS),
                   (_SIXTEEN_ROW_RING, {4: 16}, 1, _SIXTEEN_ROW_SMALL_GROUPS),
                   (_NARROW_SIXTEEN_ROWS, {2: 16, 3: 16}, 1, _SIXTEEN_ROW_SMALL_GROUPS),
                   (_SIXTEEN_ROW_RING, {4: 16}, 2, _SIXTEEN_ROW_GROUPS))
+# Codes converted exactly take the zero point's term the same way (zero_point_sums: each channel's zero point times
+# the group's activation sums, no subtraction from every converted pair; the zero points' registers as well, up to 87
+# a thread fewer) on these rows, groups of a k-step. H100, A/B in one process, three runs each, outputs checked:
+# 1x8192x28672 u3 45.6-45.8 -> 40.8-41.1 us, int3 45.6-46.0 -> 40.9-42.0, 4 rows int3 45.7-47.1 -> 41.8-42.1, 8 rows
+# u3 46.4-46.8 -> 41.0-41.4; 16 rows int5 74.9-75.7 -> 66.8-67.5, u5 74.4-75.2 -> 66.0-66.5, uint6 76.0-76.3 ->
+# 75.2-75.4, uint8 106.5-106.6 -> 88.1-88.7, int8 92.2-92.7 -> 88.7-89.0; 12 rows int5 73.7-74.1 -> 64.2-65.3, uint6
+# 74.3-74.4 -> 73.4-73.7, uint8 105.1-105.9 -> 88.0-88.1, int8 92.3-92.9 -> 88.3-88.6. Not taken (slower or even): the
+# 4-6-bit decode rows in groups (int5 57.3-57.6 -> 57.3-57.9, uint6 67.5-68.0 -> 68.8-69.4), 8-bit weights' decode row
+# (uint8 92.4-94.0 -> 104.4-105.8), the 9-16-row tile in groups (16 rows u3 51.8-52.1 -> 53.6-54.0, u4 52.4-52.7 ->
+# 53.1-53.5, u2 45.9-46.3 -> 49.4-50.0, int2 48.8-50.7 -> 51.0-51.1, int3 51.3-51.7 -> 53.3-53.4), the 3- and 4-bit
+# rows split in 4 or 8 (1x4096x11008 u3 16.2-16.4 -> 16.2-16.7, 1x28672x8192 u3 52.8-53.1 -> 52.8-52.9, u4 56.0-56.8 ->
+# 57.5-58.0), and the 2-bit register row split in 4 or 8 (u2 faster, int2 not: 1x4096x11008 u2 15.0-15.2 -> 14.6,
+# int2 15.1-15.2 -> 15.1-15.2; 1x28672x8192 u2 41.4-41.6 -> 40.5-40.8, int2 41.6-41.9 -> 43.2-43.5).
+# (the tile, the K splits it takes it with, the most rows by the weights' width in bits, the most scale groups a k-step)
+ZERO_POINT_SUMS = ((_THREE_BIT_GROUPS, (1,), {3: 8}, 1),
+                   (_SIXTEEN_ROW_RING, (2,), {5: 16, 6: 16}, 1),
+                   (Config(block_m=16, prefetch=1, stage_activations=True, stages=3), (2,), {8: 16}, 1))
 
 
 # With wgmma (an sm_90a GPU), from 49 rows: converted weights as the register A operand of wgmma, staged
@@ -428,10 +447,11 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     grid fills the SMs unsplit or, for the rows that may split K in 4 or 8, where their splits give it two blocks an
     SM; the decode rows of 2-6-bit weights (and at 9-16 rows the ring row of 4-bit weights and the row of 2-3-bit
     ones in groups of 128) split K in two inside their blocks instead of over the grid, ``IN_BLOCK_SPLIT``, and
-    with ``zero_points`` the rows of ``ZERO_POINT_BIASED`` take biased codes): the table's for the batch; K is split (``split_k``,
-    doubling) while the grid has fewer blocks per SM than the table's row asks (two, or six for the ring row's small
-    blocks) and every split keeps at least 8 k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a
-    row that would need more splits than it allows (the ring row: two) leaves the batch to the next. Uneven splits
+    with ``zero_points`` the rows of ``ZERO_POINT_BIASED`` and ``ZERO_POINT_SUMS`` take the zero point's term from the
+    activation sums): the table's for the batch; K is split (``split_k``, doubling) while the grid has fewer blocks
+    per SM than the table's row asks (two, or six for the ring row's small blocks) and every split keeps at least 8
+    k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a row that would need more splits than it
+    allows (the ring row: two) leaves the batch to the next. Uneven splits
     (a 7B model's K of 11008 is 86 k-steps of 128, split in 8) took 1x11008x4096 on the H100 from 29.4 to 19.0 us
     for u4 (uint8 42.3 -> 27.1, u2 31.4 -> 17.2), 16 rows 34.7 -> 21.0, 32 rows 43.6 -> 35.2, where only two splits
     divided K before. A grid still short of the row's blocks per SM at the most splits K allows (a row without a
@@ -494,7 +514,7 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             splits = _splits(blocks, wanted, fmt.steps)
         if max_split is None or splits <= max_split:
             config = _split_in_block(m, fmt, replace(config, split_k=splits), wgmma, zero_points)
-            return _biased_zero_points(m, fmt, config) if zero_points else config
+            return _zero_point_term(m, fmt, config) if zero_points else config
     raise AssertionError("the last row of CONFIGS serves every batch")
 
 
@@ -535,16 +555,23 @@ def _split_in_block(m: int, fmt: WeightFormat, config: Config, tma: bool, zero_p
     return config
 
 
-def _biased_zero_points(m: int, fmt: WeightFormat, config: Config) -> Config:
-    """``config`` with ``biased_codes`` for weights with zero points where ``ZERO_POINT_BIASED`` says it measured
-    faster: interleaved integer codes (1, 2 or 4 bits), up to the rows listed for their width and the scale groups
-    a k-step."""
-    if not fmt.interleaved or fmt.per_channel:
+def _zero_point_term(m: int, fmt: WeightFormat, config: Config) -> Config:
+    """``config`` for weights with zero points, with the zero point's term taken as its product with the activation
+    sums where that measured faster: ``biased_codes`` for interleaved integer codes (1, 2 or 4 bits) on the rows of
+    ``ZERO_POINT_BIASED``, ``zero_point_sums`` for integer codes on the rows of ``ZERO_POINT_SUMS``, each up to the
+    rows listed for the width and the scale groups a k-step."""
+    if fmt.per_channel or not fmt.dtype.is_integer:
         return config
-    for tile, splits, rows, groups in ZERO_POINT_BIASED:
-        if replace(config, split_k=1) == tile and config.split_k == splits and m <= rows.get(fmt.dtype.nbits, 0) \
-                and fmt.groups_per_step <= groups:
-            return replace(config, biased_codes=True)
+
+    def listed(tile, splits, rows, groups):
+        return replace(config, split_k=1) == tile and config.split_k in splits \
+            and m <= rows.get(fmt.dtype.nbits, 0) and fmt.groups_per_step <= groups
+
+    if fmt.interleaved and any(listed(tile, (splits,), rows, groups)
+                               for tile, splits, rows, groups in ZERO_POINT_BIASED):
+        return replace(config, biased_codes=True)
+    if any(listed(*row) for row in ZERO_POINT_SUMS):
+        return replace(config, zero_point_sums=True)
     return config
 
 

@@ -230,7 +230,7 @@ TUNED_ROWS = [(8, 2, False, 2, False, 0), (8, 2, False, 2, False, 4), (8, 2, Tru
               (128, 1, True, 3, True, 0)]
 # The hand table's choices that tuning keeps (tuned_config): how the weights and activations travel
 TABLE_PATH = ("weight_stages", "release_barriers", "fixed_slots", "k_groups", "warpgroup_mma", "tma_activations",
-              "min_blocks", "fused_scales", "biased_codes")
+              "min_blocks", "fused_scales", "biased_codes", "zero_point_sums")
 
 
 @tilus.autotune("warps, units_per_warp", TUNED_CHANNELS, bucket={"m_size": "pow2"}, opt_in=True)
@@ -269,7 +269,9 @@ class QuantizedMatmul(tilus.Script):
     on the mma.sync tiles that scale each group's product, convert with their place's magic number left in
     (``cast(..., biased=True)``: one ``lop3`` a pair, no fma), and each group's dot takes off the dot of those
     biases (``cast_bias``) with the same activations; with zero points, also each channel's zero point times the
-    group's sums of the activations (a dot of ones), in place of a subtraction from every weight.
+    group's sums of the activations (a dot of ones), in place of a subtraction from every weight;
+    ``zero_point_sums``: that zero-point term for codes converted exactly (any weight type with zero points, on those
+    mma.sync tiles).
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
@@ -278,7 +280,7 @@ class QuantizedMatmul(tilus.Script):
                  min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0,
                  tma_activations: Optional[bool] = None, weight_ring: int = 0, release_barriers: bool = False,
                  fixed_slots: bool = False, k_groups: int = 1, fused_scales: Optional[bool] = None,
-                 biased_codes: bool = False):
+                 biased_codes: bool = False, zero_point_sums: bool = False):
         super().__init__()
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
@@ -389,6 +391,18 @@ class QuantizedMatmul(tilus.Script):
                               f"{' and warpgroup_mma' if self.warpgroup_mma else ''}"
                               f"{' and scale_weights' if self.scale_weights else ''}")
         self.biased_codes = biased_codes
+        if not isinstance(zero_point_sums, bool):
+            raise ScriptError(f"QuantizedMatmul: zero_point_sums={zero_point_sums!r} must be True or False")
+        if zero_point_sums and (not self.zero_points or self.warpgroup_mma or self.scale_weights or fmt.per_channel):
+            raise ScriptError(f"QuantizedMatmul: zero_point_sums=True takes weights with zero points in groups, on "
+                              f"the mma.sync tiles whose scales multiply each group's product (not warpgroup_mma or "
+                              f"scale_weights); got {fmt.describe()}"
+                              f"{'' if self.zero_points else ' without zero points'}"
+                              f"{' and warpgroup_mma' if self.warpgroup_mma else ''}"
+                              f"{' and scale_weights' if self.scale_weights else ''}")
+        # each channel's zero point comes off as its product with the group's activation sums (biased codes with
+        # zero points always; exactly converted codes with zero_point_sums)
+        self.zero_point_sums = self.zero_points and (biased_codes or zero_point_sums)
         if self.warpgroup_mma:
             if warps % 4 or not stage_activations or not (scale_weights or fmt.per_channel):
                 raise ScriptError(f"QuantizedMatmul: warpgroup_mma needs whole warpgroups (warps={warps}), staged activations "
@@ -448,9 +462,10 @@ class QuantizedMatmul(tilus.Script):
         # no fma), and each group's dot takes off the dot of those constants with the same activations
         bias = self.cast_bias(fmt.dtype, dtype, a_layout) if self.biased_codes else None
         # and with zero points, each channel's zero point times the group's sums of the activations, a dot of ones:
-        # sum((b + c - b - z) * a) = (b + c) @ a - b @ a - z * (1 @ a)
+        # sum((b + c - b - z) * a) = (b + c) @ a - b @ a - z * (1 @ a) (zero_point_sums: sum((c - z) * a) =
+        # c @ a - z * (1 @ a), for codes converted exactly)
         ones = self.register_tensor(dtype=dtype, shape=list(a_layout.shape), layout=a_layout, init=1.0) \
-            if self.biased_codes and self.zero_points else None
+            if self.zero_point_sums else None
         sx = None
         # wgmma reads the activations from shared memory in K-major rows of at most 128 bytes: a step's tile
         # is stored as kt / chunk tiles of chunk columns
@@ -621,7 +636,7 @@ class QuantizedMatmul(tilus.Script):
                     if wq and fixed:  # the slot's codes are converted: it takes step i + prefetch's words
                         self.assign(wslots[u % wq], self.load_step_words(gw, granule0, self.k_step(first, local, wq),
                                                                          words))
-                    if self.zero_points and minus is None and not self.biased_codes:
+                    if self.zero_points and minus is None and not self.zero_point_sums:
                         weights = self.by_group(weights, zslots[u % zq], "sub")
                     if weighted and times is None:
                         weights = self.by_group(weights, scales, "mul")

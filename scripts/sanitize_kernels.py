@@ -205,17 +205,24 @@ def quantized_kernels(cuda, types=None):
                 for label, config in tiles:
                     check(f"quantized_matmul {name} g{group} {m}x{n}x1024 {label}",
                           quantized_matmul(long_a, long_packed, long_scales, config=config), reference, 5e-2)
-                if interleavable(dtypes.as_dtype(name)):  # with zero points: biased codes' dot of ones
-                    from tilus_tvm.schedules.quantized_configs import ZERO_POINT_BIASED
-                    zeros = torch.randint(0, codes_max, (1024 // group, n), **cuda).half()
-                    shifted = long_codes - zeros.float().repeat_interleave(group, 0)
-                    reference = long_a.float() @ (shifted * long_scales.float().repeat_interleave(group, 0))
-                    for tile, splits, _, _ in ZERO_POINT_BIASED:
-                        config = replace(tile, split_k=splits, biased_codes=True)
-                        check(f"quantized_matmul {name} g{group} {m}x{n}x1024 zero points, biased codes, "
-                              f"{config.k_groups} group(s) of warps, split in {splits}",
-                              quantized_matmul(long_a, long_packed, long_scales, zeros, config=config), reference,
-                              5e-2)
+                # with zero points, the tiles that take them off by the activation sums (a dot of ones): biased
+                # codes for the interleaved weights, the codes converted exactly for the others
+                from tilus_tvm.schedules.quantized_configs import ZERO_POINT_BIASED, ZERO_POINT_SUMS
+                zeros = torch.randint(0, codes_max, (1024 // group, n), **cuda).half()
+                shifted = long_codes - zeros.float().repeat_interleave(group, 0)
+                reference = long_a.float() @ (shifted * long_scales.float().repeat_interleave(group, 0))
+                if interleavable(dtypes.as_dtype(name)):
+                    zero_tiles = [(replace(tile, split_k=splits, biased_codes=True), "biased codes")
+                                  for tile, splits, _, _ in ZERO_POINT_BIASED]
+                else:
+                    zero_tiles = [(replace(tile, split_k=splits[0], zero_point_sums=True), "activation sums")
+                                  for tile, splits, _, _ in ZERO_POINT_SUMS
+                                  if tile.units_per_warp % long_packed.format.units == 0]
+                for config, how in zero_tiles:
+                    check(f"quantized_matmul {name} g{group} {m}x{n}x1024 zero points, {how}, "
+                          f"{config.k_groups} group(s) of warps, {config.block_m} rows a block, split in "
+                          f"{config.split_k}",
+                          quantized_matmul(long_a, long_packed, long_scales, zeros, config=config), reference, 5e-2)
         if m > 64 and torch.cuda.get_device_capability() == (9, 0):
             # the wgmma path with its activation stages released by barriers (no block barrier a k-step), K of
             # 8 steps through 3 stages: each stage reused, its barriers through both parities; the tile of one

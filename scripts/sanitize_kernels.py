@@ -220,7 +220,8 @@ def quantized_kernels(cuda, types=None):
                                   if tile.units_per_warp % long_packed.format.units == 0]
                 for config, how in zero_tiles:
                     check(f"quantized_matmul {name} g{group} {m}x{n}x1024 zero points, {how}, "
-                          f"{config.k_groups} group(s) of warps, {config.block_m} rows a block, split in "
+                          f"{config.k_groups} group(s) of warps, {config.block_m} rows a block, "
+                          f"{'TMA ring' if config.weight_stages else 'weights to registers'}, split in "
                           f"{config.split_k}",
                           quantized_matmul(long_a, long_packed, long_scales, zeros, config=config), reference, 5e-2)
         if m > 64 and torch.cuda.get_device_capability() == (9, 0):

@@ -249,10 +249,10 @@ ZERO_POINT_BIASED = ((_STAGED_TWO_BIT_GROUPS, 1, {2: 8}, 2),
                      (_HOPPER_DECODE_RING, 4, {4: 8}, 1))
 _SIXTEEN_ROW_GROUPS = replace(_SIXTEEN_ROW_RING, k_groups=2, min_blocks=2)
 _SIXTEEN_ROW_SMALL_GROUPS = replace(_SIXTEEN_ROW_GROUPS, warps=2, units_per_warp=4)
+_THREE_BIT_GROUPS = replace(_STAGED_DECODE_GROUPS, warps=2, units_per_warp=4)
 # (the tile split in two over the grid, the most rows that take the split inside the block by the weights' width in
 # bits, the most scale groups a k-step, the tile taken instead): the first that matches (a tile with biased_codes
-# only for weights in groups without zero points)
-_THREE_BIT_GROUPS = replace(_STAGED_DECODE_GROUPS, warps=2, units_per_warp=4)
+# only for weights in groups without zero points; with them, ZERO_POINT_BIASED)
 IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None, _STAGED_DECODE_GROUPS),
                   (_THREE_BIT_RING, {3: 8}, 1, _THREE_BIT_GROUPS),
                   (_THREE_BIT_RING, {3: 8}, None, _STAGED_DECODE_GROUPS),

@@ -526,16 +526,23 @@ def test_biased_codes(name, m, k, n, group, dtype, positive, overrides, zero_poi
     a = torch.rand(m, k, generator=generator) + 0.5 if positive else torch.randn(m, k, generator=generator)
     a = a.to(dtype).cuda()
     config = Config(**{"units_per_warp": 2, "block_m": 8, **overrides})
+    check_against_exact(a, packed, scales, zeros, config, "biased_codes")
+
+
+def check_against_exact(a, packed, scales, zeros, config, option):
+    """quantized_matmul with ``config``'s boolean ``option`` on, against torch and within 4 units of the output's
+    last place of the same configuration with it off (the exact path)."""
+    m, n = a.shape[0], packed.format.n
     outs = []
-    for biased in (True, False):
-        out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
-        quantized_matmul(a, packed, scales, zeros, out=out, config=replace(config, biased_codes=biased))
+    for on in (True, False):
+        out = torch.full((m, n), float("nan"), dtype=a.dtype, device="cuda")
+        quantized_matmul(a, packed, scales, zeros, out=out, config=replace(config, **{option: on}))
         outs.append(out.float())
     reference = a.float() @ dequantize(packed, scales, zeros)
     scale = reference.abs().max().item()
     torch.testing.assert_close(outs[0], reference, rtol=2e-2, atol=2e-2 * scale)
-    ulp = 2.0 ** (math.frexp(scale)[1] - (11 if dtype == torch.float16 else 8))  # the largest output's last place
-    assert (outs[0] - outs[1]).abs().max().item() <= 4 * ulp, (name, m, group, dtype, positive, zero_points)
+    ulp = 2.0 ** (math.frexp(scale)[1] - (11 if a.dtype == torch.float16 else 8))  # the largest output's last place
+    assert (outs[0] - outs[1]).abs().max().item() <= 4 * ulp, (option, config)
 
 
 _SIXTEEN_ROW_RING = {"block_m": 16, "prefetch": 1, "stage_activations": True, "stages": 2, "weight_stages": 3,
@@ -567,13 +574,4 @@ def test_zero_point_sums(name, m, k, n, group, dtype, overrides):
     zeros = torch.randint(low, high + 1, (k // group, n), generator=generator).to(dtype).cuda()
     a = torch.randn(m, k, generator=generator).to(dtype).cuda()
     config = Config(**{"units_per_warp": 2, "block_m": 8, **overrides})
-    outs = []
-    for sums in (True, False):
-        out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
-        quantized_matmul(a, packed, scales, zeros, out=out, config=replace(config, zero_point_sums=sums))
-        outs.append(out.float())
-    reference = a.float() @ dequantize(packed, scales, zeros)
-    scale = reference.abs().max().item()
-    torch.testing.assert_close(outs[0], reference, rtol=2e-2, atol=2e-2 * scale)
-    ulp = 2.0 ** (math.frexp(scale)[1] - (11 if dtype == torch.float16 else 8))
-    assert (outs[0] - outs[1]).abs().max().item() <= 4 * ulp, (name, m, group, dtype)
+    check_against_exact(a, packed, scales, zeros, config, "zero_point_sums")

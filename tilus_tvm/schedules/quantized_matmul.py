@@ -382,24 +382,22 @@ class QuantizedMatmul(tilus.Script):
         # fusable format with fused_scales False multiplies apart, element by element (the fused form's reference)
         self.scales_in_cast = (self.warpgroup_mma or self.scale_weights) and fmt.groups_per_step == 1 and \
             not fmt.per_channel and (self.fused_scales or not fusable)
-        if not isinstance(biased_codes, bool):
-            raise ScriptError(f"QuantizedMatmul: biased_codes={biased_codes!r} must be True or False")
-        if biased_codes and (not fmt.interleaved or self.warpgroup_mma or self.scale_weights or fmt.per_channel):
+        # (biased_codes and zero_point_sums change each group's dot: the mma.sync tiles that scale its product)
+        group_dots = not (self.warpgroup_mma or self.scale_weights or fmt.per_channel)
+        tiles = (f"on the mma.sync tiles whose scales multiply each group's product (not warpgroup_mma or "
+                 f"scale_weights); got {fmt.describe()}{'' if self.zero_points else ' without zero points'}"
+                 f"{' and warpgroup_mma' if self.warpgroup_mma else ''}"
+                 f"{' and scale_weights' if self.scale_weights else ''}")
+        for name, value in (("biased_codes", biased_codes), ("zero_point_sums", zero_point_sums)):
+            if not isinstance(value, bool):
+                raise ScriptError(f"QuantizedMatmul: {name}={value!r} must be True or False")
+        if biased_codes and not (fmt.interleaved and group_dots):
             raise ScriptError(f"QuantizedMatmul: biased_codes=True takes 1-, 2- or 4-bit integer codes (stored "
-                              f"interleaved) in groups, on the mma.sync tiles whose scales multiply each group's "
-                              f"product (not warpgroup_mma or scale_weights); got {fmt.describe()}"
-                              f"{' and warpgroup_mma' if self.warpgroup_mma else ''}"
-                              f"{' and scale_weights' if self.scale_weights else ''}")
+                              f"interleaved) in groups, {tiles}")
         self.biased_codes = biased_codes
-        if not isinstance(zero_point_sums, bool):
-            raise ScriptError(f"QuantizedMatmul: zero_point_sums={zero_point_sums!r} must be True or False")
-        if zero_point_sums and (not self.zero_points or self.warpgroup_mma or self.scale_weights or fmt.per_channel):
-            raise ScriptError(f"QuantizedMatmul: zero_point_sums=True takes weights with zero points in groups, on "
-                              f"the mma.sync tiles whose scales multiply each group's product (not warpgroup_mma or "
-                              f"scale_weights); got {fmt.describe()}"
-                              f"{'' if self.zero_points else ' without zero points'}"
-                              f"{' and warpgroup_mma' if self.warpgroup_mma else ''}"
-                              f"{' and scale_weights' if self.scale_weights else ''}")
+        if zero_point_sums and not (self.zero_points and group_dots):
+            raise ScriptError(f"QuantizedMatmul: zero_point_sums=True takes weights with zero points in groups, "
+                              f"{tiles}")
         # each channel's zero point comes off as its product with the group's activation sums (biased codes with
         # zero points always; exactly converted codes with zero_point_sums)
         self.zero_point_sums = self.zero_points and (biased_codes or zero_point_sums)

@@ -10,6 +10,8 @@ import torch
 import tilus_tvm as tilus
 from tilus_tvm import dtypes, lowp
 from tilus_tvm.errors import LaunchError, ScriptError
+from tilus_tvm.ir import inst as ir
+from tilus_tvm.ir.stmt import instructions
 from dataclasses import asdict, replace
 
 from tilus_tvm.schedules.quantized_matmul import (Config, QuantizedMatmul, choose_config, kernel_layouts, pack_weight,
@@ -167,6 +169,14 @@ def meta(*shape, dtype=torch.float16):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
+def tile_program(kernel, fmt, m, target, workspace=(1,)):
+    """``kernel``'s tile program for ``m`` rows of ``fmt`` (meta tensors as compile_kernel's arguments, the split
+    partial sums' float32 workspace of shape ``workspace``)."""
+    return kernel.tile_program(m, meta(m, fmt.k), meta(*fmt.storage_shape, dtype=torch.int32),
+                               meta(fmt.groups, fmt.n), meta(fmt.groups, fmt.n), meta(m, fmt.n),
+                               meta(*workspace, dtype=torch.float32), target=target)
+
+
 def compile_kernel(fmt, m, config, zero_points=False, target="sm_90", dtype=torch.float16):
     kernel = QuantizedMatmul(fmt, dtypes.as_dtype(dtype), zero_points, **asdict(config))
     args = (m, torch.zeros(m, fmt.k, dtype=dtype), torch.zeros(fmt.storage_shape, dtype=torch.int32),
@@ -189,9 +199,7 @@ def test_decode_kernel_streams_weights_into_registers(target):
     fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
     register_row = replace(choose_config(1, WeightFormat(dtypes.uint2b, 1024, 512, 128)), split_k=1)  # (u4: the ring)
     kernel, compiled = compile_kernel(fmt, 1, register_row, target=target)
-    program = str(kernel.tile_program(1, meta(1, 1024), meta(*fmt.storage_shape, dtype=torch.int32),
-                                      meta(8, 512), meta(8, 512), meta(1, 512), meta(1, dtype=torch.float32),
-                                      target=target))
+    program = str(tile_program(kernel, fmt, 1, target))
     assert "convert_layout" not in program and "shared_tensor" not in program
     code = ptx(compiled, target)
     assert re.search(r"ld\.global\.nc\.v4\.u32", code)  # 16-byte weight vectors
@@ -371,12 +379,7 @@ def test_biased_codes():
     programs = {}
     for biased in (False, True):
         kernel, compiled = compile_kernel(fmt, 1, replace(row, biased_codes=biased), target="sm_90a")
-        program = kernel.tile_program(1, meta(1, 1024), meta(*fmt.storage_shape, dtype=torch.int32), meta(8, 512),
-                                      meta(8, 512), meta(1, 512), meta(1, dtype=torch.float32), target="sm_90a")
-        programs[biased] = (compiled, program)
-    from tilus_tvm.ir import inst as ir
-    from tilus_tvm.ir.stmt import instructions
-
+        programs[biased] = (compiled, tile_program(kernel, fmt, 1, "sm_90a"))
     dots = {}
     for biased, (compiled, program) in programs.items():
         body = list(instructions(program.body))
@@ -448,12 +451,7 @@ def test_zero_point_sums():
     for sums in (False, True):
         kernel, compiled = compile_kernel(fmt, 1, replace(row, zero_point_sums=sums), zero_points=True,
                                           target="sm_90a")
-        program = kernel.tile_program(1, meta(1, 1024), meta(*fmt.storage_shape, dtype=torch.int32), meta(8, 512),
-                                      meta(8, 512), meta(1, 512), meta(1, dtype=torch.float32), target="sm_90a")
-        from tilus_tvm.ir import inst as ir
-        from tilus_tvm.ir.stmt import instructions
-
-        body = list(instructions(program.body))
+        body = list(instructions(tile_program(kernel, fmt, 1, "sm_90a").body))
         # (the weights [.., block_n, kt] less the zero points: gone with the sums)
         subs[sums] = sum(isinstance(inst, ir.Binary) and inst.op == "sub" and inst.lhs.dtype.name == "float16"
                          for inst in body)
@@ -483,10 +481,7 @@ def test_k_split_over_groups_of_warps():
     source = compiled.cuda_source[compiled.cuda_source.rindex("__global__"):]
     inits = re.findall(r"mbarrier_init_init_shared_b64\([^;]*\(uint\)(\d+)\);", source)
     assert sorted(inits) == ["1"] * 3 + ["8"] * 3  # the TMA's arrival a stage; the 8 warps' releases
-    program = kernel.tile_program(1, meta(1, 1024), meta(*fmt.storage_shape, dtype=torch.int32), meta(8, 512),
-                                  meta(8, 512), meta(1, 512), meta(1, dtype=torch.float32), target="sm_90a")
-    from tilus_tvm.ir import inst as ir
-    from tilus_tvm.ir.stmt import instructions
+    program = tile_program(kernel, fmt, 1, "sm_90a")
 
     body = list(instructions(program.body))
     dots = [inst for inst in body if isinstance(inst, ir.DotSplit)]
@@ -530,9 +525,7 @@ def test_weights_in_tiles_of_k_steps_take_every_load_path(name, m, k, n, wgmma, 
     target = "sm_90a" if wgmma else "sm_80"
     kernel, compiled = compile_kernel(fmt, m, config, target=target)
     shape = fmt.storage_shape
-    program = str(kernel.tile_program(m, meta(m, k), meta(*shape, dtype=torch.int32), meta(k // 128, n),
-                                      meta(k // 128, n), meta(m, n), meta(config.split_k, m, n, dtype=torch.float32),
-                                      target=target))
+    program = str(tile_program(kernel, fmt, m, target, workspace=(config.split_k, m, n)))
     view = f"int32[{shape[1]}, (end + 2 - 1) // 2, 2, {shape[3]}, 32, {shape[5]}] strides={fmt.view_strides}"
     assert view in program
     assert path in ptx(compiled, target)
@@ -672,10 +665,7 @@ def test_split_k_writes_partials_and_sums_them():
     assert choose_config(1, WeightFormat(dtypes.uint4b, 4096, 4096, 128), 132).split_k == 4
     assert choose_config(256, fmt, 132).split_k == 1 and choose_config(256, fmt, 132).stage_activations
     kernel, compiled = compile_kernel(fmt, 1, config)
-    program = str(kernel.tile_program(1, meta(1, 8192), meta(*fmt.storage_shape, dtype=torch.int32),
-                                      meta(64, 28672), meta(64, 28672), meta(1, 28672), meta(2, 1, 28672,
-                                                                                         dtype=torch.float32),
-                                      target="sm_90"))
+    program = str(tile_program(kernel, fmt, 1, "sm_90", workspace=(2, 1, 28672)))
     assert "attrs.blocks = [(m_size + 8 - 1) // 8, 448, 2]" in program and "pointer=ws_ptr" in program
     # a split's weight view ends with the split but steps through the whole weight: the storage's strides
     shape = fmt.storage_shape
@@ -695,9 +685,7 @@ def test_serial_split_reduction_adds_the_splits_in_the_kernel(target):
     fmt = WeightFormat(dtypes.uint4b, 8192, 28672, 128)
     config = replace(choose_config(1, fmt, multiprocessors=132), split_reduce="serial")
     kernel, compiled = compile_kernel(fmt, 3, config, target=target)
-    program = str(kernel.tile_program(3, meta(3, 8192), meta(*fmt.storage_shape, dtype=torch.int32),
-                                      meta(64, 28672), meta(64, 28672), meta(3, 28672), meta(1, dtype=torch.float32),
-                                      target=target))
+    program = str(tile_program(kernel, fmt, 3, target))
     assert "arrive_last(" in program and "lock_semaphore" not in program
     assert "allocate_global(requires_clean=True)" in program  # the counters, zeroed once
     code = ptx(compiled, target)

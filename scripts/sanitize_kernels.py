@@ -136,8 +136,11 @@ def library_kernels(cuda, quantized: bool = True):
         quantized_kernels(cuda)
 
 
-def dequantized_product(a, codes, scales, group):
-    """``a @ w`` in float32 for the weights ``codes * scales`` (float16, a scale a group of rows)."""
+def dequantized_product(a, codes, scales, group, zeros=None):
+    """``a @ w`` in float32 for the weights ``(codes - zeros) * scales`` (float16, a scale and a zero point a group
+    of rows; ``codes * scales`` without zero points)."""
+    if zeros is not None:
+        codes = codes - zeros.float().repeat_interleave(group, 0)
     return a.float() @ (codes.half() * scales.repeat_interleave(group, 0)).float()
 
 
@@ -209,8 +212,7 @@ def quantized_kernels(cuda, types=None):
                 # codes for the interleaved weights, the codes converted exactly for the others
                 from tilus_tvm.schedules.quantized_configs import ZERO_POINT_BIASED, ZERO_POINT_SUMS
                 zeros = torch.randint(0, codes_max, (1024 // group, n), **cuda).half()
-                shifted = long_codes - zeros.float().repeat_interleave(group, 0)
-                reference = long_a.float() @ (shifted * long_scales.float().repeat_interleave(group, 0))
+                reference = dequantized_product(long_a, long_codes, long_scales, group, zeros)
                 if interleavable(dtypes.as_dtype(name)):
                     zero_tiles = [(replace(tile, split_k=splits, biased_codes=True), "biased codes")
                                   for tile, splits, _, _ in ZERO_POINT_BIASED]

@@ -210,7 +210,7 @@ def quantized_kernels(cuda, types=None):
                           quantized_matmul(long_a, long_packed, long_scales, config=config), reference, 5e-2)
                 # with zero points, the tiles that take them off by the activation sums (a dot of ones): biased
                 # codes for the interleaved weights, the codes converted exactly for the others
-                from tilus_tvm.schedules.quantized_configs import ZERO_POINT_BIASED, ZERO_POINT_SUMS
+                from tilus_tvm.schedules.quantized_configs import ZERO_POINT_BIASED, ZERO_POINT_SPLITS, ZERO_POINT_SUMS
                 zeros = torch.randint(0, codes_max, (1024 // group, n), **cuda).half()
                 reference = dequantized_product(long_a, long_codes, long_scales, group, zeros)
                 if interleavable(dtypes.as_dtype(name)):
@@ -220,6 +220,10 @@ def quantized_kernels(cuda, types=None):
                     zero_tiles = [(replace(tile, split_k=splits[0], zero_point_sums=True), "activation sums")
                                   for tile, splits, _, _ in ZERO_POINT_SUMS
                                   if tile.units_per_warp % long_packed.format.units == 0]
+                if dtypes.as_dtype(name).nbits == 8:  # (ZERO_POINT_SPLITS: every type's change, on these codes)
+                    zero_tiles += [(replace(tile, **change), f"K split further, a ring of {tile.weight_stages} "
+                                    f"-> {change.get('weight_stages', tile.weight_stages)} stages")
+                                   for tile, _, _, changes in ZERO_POINT_SPLITS for change in changes.values()]
                 for config, how in zero_tiles:
                     check(f"quantized_matmul {name} g{group} {m}x{n}x1024 zero points, {how}, "
                           f"{config.k_groups} group(s) of warps, {config.block_m} rows a block, "

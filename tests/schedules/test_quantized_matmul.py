@@ -469,6 +469,30 @@ def test_zero_point_sums():
         with pytest.raises(ScriptError, match=match):
             QuantizedMatmul(fmt, dtypes.float16, zero_points, **kwargs)
 
+def test_zero_point_splits():
+    """ZERO_POINT_SPLITS: with zero points, 8-bit integer weights on the 7-8-bit ring row split K in 4 where the row
+    splits it in 2 (int8 with a ring of 4 k-steps), up to 8 rows; the same weights without zero points, other widths,
+    other shapes and batches keep the table's row, and the configuration it gives compiles."""
+    def chosen(name, m, k=8192, n=28672, group=128, **kwargs):
+        return choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group), 132,
+                             **{"wgmma": True, "zero_points": True, **kwargs})
+
+    for m in (1, 4, 8):
+        plain = chosen("uint8", m, zero_points=False)
+        assert plain.split_k == 2 and plain.weight_stages == 3, m
+        assert chosen("uint8", m) == replace(plain, split_k=4), m
+        assert chosen("int8", m) == replace(chosen("int8", m, zero_points=False), split_k=4, weight_stages=4), m
+        assert chosen("uint7b", m) == chosen("uint7b", m, zero_points=False), m
+    for args in (("uint8", 16), ("int8", 1, 28672, 8192), ("uint8", 1, 4096, 11008), ("int8", 1, 8192, 28672, 8192)):
+        assert chosen(*args).split_k == chosen(*args, zero_points=False).split_k, args
+    assert chosen("uint8", 1, wgmma=False) == chosen("uint8", 1, wgmma=False, zero_points=False)
+    assert chosen("uint8", 1, 2048, 28672).split_k == 2  # (16 k-steps: 4 splits would keep 4 each)
+    fmt = WeightFormat(dtypes.int8, 2048, 512, 128)
+    config = chosen("int8", 1)
+    kernel, compiled = compile_kernel(fmt, 1, config, zero_points=True, target="sm_90a")
+    assert "cp.async.bulk.tensor" in ptx(compiled, "sm_90a")
+
+
 def test_k_split_over_groups_of_warps():
     """k_groups=2: blocks of twice the warps, each group converting and multiplying every other k-step of a stage
     (TMA boxes of two k-steps; the release barriers wait for all 8 warps), the groups' partial sums added through

@@ -278,6 +278,19 @@ IN_BLOCK_SPLIT = ((_HOPPER_DECODE_RING, {4: 8, 5: 8, 6: 8}, None, _STAGED_DECODE
 ZERO_POINT_SUMS = ((_THREE_BIT_GROUPS, (1,), {3: 8}, 1),
                    (_SIXTEEN_ROW_RING, (2,), {5: 16, 6: 16}, 1),
                    (Config(block_m=16, prefetch=1, stage_activations=True, stages=3), (2,), {8: 16}, 1))
+# With zero points, 8-bit integer weights on the 7-8-bit row of the ring where it splits K in 2 (N of 28672) take 4
+# splits, and int8 a ring of 4 k-steps besides. H100, A/B in one process, three runs each, outputs checked:
+# 1x8192x28672 int8 105.0-105.7 -> 87.7-88.5 us (4 splits alone 91.6-92.7), uint8 92.5-93.3 -> 86.0-86.3 (with the
+# ring of 4 too 87.6-88.0); 4 rows int8 106.7-107.1 -> 89.1-89.3; 8 rows int8 107.1-107.3 -> 89.7-90.2 (4 splits alone
+# 93.6-93.8), uint8 93.7 -> 88.4-88.7; bfloat16 activations, 1 row, int8 107.9-108.1 -> 90.9-91.0, uint8 105.0-105.3
+# -> 88.4-88.8.
+# Without zero points 4 splits lose (uint8 and int8 83.6-83.9 -> 85.1-85.3), and so do 7-bit weights with them
+# (uint7 76.9-77.3 -> 85.6-86.2). Not taken either: twice the splits of the rows that split K in 4 (1x28672x8192
+# int8 84.7-85.0 -> 96.5-96.8, uint8 84.8-85.1 -> 86.3-86.6; 1x8192x10240 int8 35.6-36.0 -> 36.3-37.1, uint8
+# 35.6-35.8 -> 36.4-36.6; 1x4096x11008 int8 23.0-23.3 -> 23.8-24.0, uint8 25.6-25.8 -> 23.4-23.8) and int8's ring of
+# 4 on them (1x28672x8192 84.7-85.0 -> 85.9-86.1, 1x4096x11008 23.0-23.3 -> 26.2-26.3).
+# (the tile, its K split in the table, the most rows, the changes by weight type)
+ZERO_POINT_SPLITS = ((_SHORT_GRID_RING, 2, 8, {"uint8": dict(split_k=4), "int8": dict(split_k=4, weight_stages=4)}),)
 
 
 # With wgmma (an sm_90a GPU), from 49 rows: converted weights as the register A operand of wgmma, staged
@@ -448,10 +461,11 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
     SM; the decode rows of 2-6-bit weights (and at 9-16 rows the ring row of 4-bit weights and the row of 2-3-bit
     ones in groups of 128) split K in two inside their blocks instead of over the grid, ``IN_BLOCK_SPLIT``, and
     with ``zero_points`` the rows of ``ZERO_POINT_BIASED`` and ``ZERO_POINT_SUMS`` take the zero point's term from the
-    activation sums): the table's for the batch; K is split (``split_k``, doubling) while the grid has fewer blocks
-    per SM than the table's row asks (two, or six for the ring row's small blocks) and every split keeps at least 8
-    k-steps, evenly or not (with wgmma, see ``WGMMA_SPLIT_MIN_STEPS``); a row that would need more splits than it
-    allows (the ring row: two) leaves the batch to the next. Uneven splits
+    activation sums and those of ``ZERO_POINT_SPLITS`` split K further): the table's for the batch; K is split
+    (``split_k``, doubling) while the grid has fewer blocks per SM than the table's row asks (two, or six for the
+    ring row's small blocks) and every split keeps at least 8 k-steps, evenly or not (with wgmma, see
+    ``WGMMA_SPLIT_MIN_STEPS``); a row that would need more splits than it allows (the ring row: two) leaves the batch
+    to the next. Uneven splits
     (a 7B model's K of 11008 is 86 k-steps of 128, split in 8) took 1x11008x4096 on the H100 from 29.4 to 19.0 us
     for u4 (uint8 42.3 -> 27.1, u2 31.4 -> 17.2), 16 rows 34.7 -> 21.0, 32 rows 43.6 -> 35.2, where only two splits
     divided K before. A grid still short of the row's blocks per SM at the most splits K allows (a row without a
@@ -514,7 +528,7 @@ def choose_config(m: int, fmt: WeightFormat, multiprocessors: int = 132, wgmma: 
             splits = _splits(blocks, wanted, fmt.steps)
         if max_split is None or splits <= max_split:
             config = _split_in_block(m, fmt, replace(config, split_k=splits), wgmma, zero_points)
-            return _zero_point_term(m, fmt, config) if zero_points else config
+            return _zero_point_term(m, fmt, _zero_point_split(m, fmt, config)) if zero_points else config
     raise AssertionError("the last row of CONFIGS serves every batch")
 
 
@@ -572,6 +586,17 @@ def _zero_point_term(m: int, fmt: WeightFormat, config: Config) -> Config:
         return replace(config, biased_codes=True)
     if any(listed(*row) for row in ZERO_POINT_SUMS):
         return replace(config, zero_point_sums=True)
+    return config
+
+
+def _zero_point_split(m: int, fmt: WeightFormat, config: Config) -> Config:
+    """``config`` for weights with zero points, with the K split (and ring) of ``ZERO_POINT_SPLITS`` where its tile,
+    split, rows and weight type match and every split keeps at least 8 k-steps."""
+    for tile, splits, rows, changes in ZERO_POINT_SPLITS:
+        change = changes.get(fmt.dtype.name)
+        if change and not fmt.per_channel and replace(config, split_k=1) == tile and config.split_k == splits \
+                and m <= rows and fmt.steps // change.get("split_k", splits) >= 8:
+            return replace(config, **change)
     return config
 
 

@@ -469,6 +469,7 @@ def test_zero_point_sums():
         with pytest.raises(ScriptError, match=match):
             QuantizedMatmul(fmt, dtypes.float16, zero_points, **kwargs)
 
+
 def test_zero_point_splits():
     """ZERO_POINT_SPLITS: with zero points, 8-bit integer weights on the 7-8-bit ring row split K in 4 where the row
     splits it in 2 (int8 with a ring of 4 k-steps), up to 8 rows; the same weights without zero points, other widths,

@@ -63,8 +63,9 @@ def test_zero_points_keep_uint8_off_the_tile_where_it_spills():
         assert tile(m, "uint8", k, n, zero_points=True, dtype="bfloat16") == tile(m, "uint8", k, n)
         for other in ("uint4b", "int8", "uint7b"):
             assert tile(m, other, k, n, zero_points=True) == tile(m, other, k, n), (other, m)
-    for m in (1, 16, 64):  # the decode rows and the 64-row tile: no change
+    for m in (16, 64):  # the 9-16-row row and the 64-row tile: no change
         assert tile(m, "uint8", zero_points=True) == tile(m, "uint8")
+    assert tile(1, "uint8", zero_points=True) == tile(1, "uint8")[:3] + (4,)  # (the decode row: ZERO_POINT_SPLITS)
 
 
 def test_fp8_tiles_follow_the_activations():

@@ -194,6 +194,12 @@ def ptx(compiled, target):
         return nvcc.compile_cuda(compiled.cuda_source, target_format="ptx", arch=target, compiler="nvcc").decode()
 
 
+def table_choice(name, m, k=8192, n=28672, group=128, **kwargs):
+    """choose_config's configuration for m rows of ``name`` weights [k, n] in groups of ``group`` (None: per
+    channel) on a 132-SM sm_90a GPU; ``kwargs`` (wgmma=, zero_points=, dtype=) override."""
+    return choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group or k), 132, **{"wgmma": True, **kwargs})
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90"])
 def test_decode_kernel_streams_weights_into_registers(target):
     fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
@@ -343,39 +349,36 @@ def test_biased_codes():
     (ZERO_POINT_BIASED) also the 4-bit decode rows and groups of 64, each channel's zero point then coming off as its
     product with the group's activation sums. The other rows, smaller groups and per-channel scales convert exactly.
     Every configuration it cannot serve is refused by name."""
-    def decode(name, m, group=128, k=8192, n=28672, **kwargs):
-        return choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group or k), 132,
-                             **{"wgmma": True, **kwargs})
-
     for m in (1, 4, 8):
         for name in ("uint2b", "int2b"):
-            assert decode(name, m).biased_codes and decode(name, m, dtype="bfloat16").biased_codes, (name, m)
+            assert table_choice(name, m).biased_codes, (name, m)
+            assert table_choice(name, m, dtype="bfloat16").biased_codes, (name, m)
             for group in (32, 64, None):
-                assert not decode(name, m, group).biased_codes, (name, m, group)
+                assert not table_choice(name, m, group=group).biased_codes, (name, m, group)
         for name in ("uint2b", "int2b", "uint4b", "int4b"):  # with zero points: groups of 64 or more
             for group in (128, 64):
-                assert decode(name, m, group, zero_points=True).biased_codes, (name, m, group)
+                assert table_choice(name, m, group=group, zero_points=True).biased_codes, (name, m, group)
             for group in (32, None):
-                assert not decode(name, m, group, zero_points=True).biased_codes, (name, m, group)
+                assert not table_choice(name, m, group=group, zero_points=True).biased_codes, (name, m, group)
         for name in ("uint4b", "uint3b", "int5b", "uint8", "float4_e2m1"):
-            assert not decode(name, m).biased_codes, (name, m)
+            assert not table_choice(name, m).biased_codes, (name, m)
         for name in ("uint3b", "int5b", "uint8", "float4_e2m1"):  # (not interleaved integer codes)
-            assert not decode(name, m, zero_points=True).biased_codes, (name, m)
+            assert not table_choice(name, m, zero_points=True).biased_codes, (name, m)
     for m in (9, 16, 64, 256):
-        assert not decode("uint2b", m).biased_codes, m
-        assert not decode("uint4b", m, zero_points=True).biased_codes, m
-    assert not decode("uint2b", 1, wgmma=False).biased_codes
-    assert not decode("uint4b", 1, wgmma=False, zero_points=True).biased_codes
+        assert not table_choice("uint2b", m).biased_codes, m
+        assert not table_choice("uint4b", m, zero_points=True).biased_codes, m
+    assert not table_choice("uint2b", 1, wgmma=False).biased_codes
+    assert not table_choice("uint4b", 1, wgmma=False, zero_points=True).biased_codes
     # the 7B and 70B decode shapes: the 4-bit ring row split in 4 with zero points, not the 2-bit register row
     for k, n in ((4096, 11008), (4096, 12288), (8192, 10240)):
-        assert decode("uint4b", 1, k=k, n=n, zero_points=True).biased_codes, (k, n)
-        assert not decode("uint4b", 1, k=k, n=n).biased_codes, (k, n)
-        assert not decode("uint4b", 1, 64, k=k, n=n, zero_points=True).biased_codes, (k, n)
-    assert not decode("uint2b", 1, k=4096, n=11008).biased_codes
-    assert not decode("uint2b", 1, k=4096, n=11008, zero_points=True).biased_codes
+        assert table_choice("uint4b", 1, k=k, n=n, zero_points=True).biased_codes, (k, n)
+        assert not table_choice("uint4b", 1, k=k, n=n).biased_codes, (k, n)
+        assert not table_choice("uint4b", 1, k, n, 64, zero_points=True).biased_codes, (k, n)
+    assert not table_choice("uint2b", 1, k=4096, n=11008).biased_codes
+    assert not table_choice("uint2b", 1, k=4096, n=11008, zero_points=True).biased_codes
 
     fmt = WeightFormat(dtypes.uint2b, 1024, 512, 128)
-    row = replace(decode("uint2b", 1), split_k=1)
+    row = replace(table_choice("uint2b", 1), split_k=1)
     programs = {}
     for biased in (False, True):
         kernel, compiled = compile_kernel(fmt, 1, replace(row, biased_codes=biased), target="sm_90a")
@@ -396,7 +399,7 @@ def test_biased_codes():
         assert ("fma.rn.f16x2" in code) != biased, biased  # the conversion's paired fma, gone when biased
     assert dots[True] == 2 * dots[False] > 0  # (the biases' dot beside each of the weights')
     # with zero points: no paired fma either (the exact conversion's takes the zero point), and a third dot, of ones
-    row = replace(decode("uint2b", 1, zero_points=True), split_k=1)
+    row = replace(table_choice("uint2b", 1, zero_points=True), split_k=1)
     assert row.biased_codes
     mma = {}
     for biased in (False, True):
@@ -423,10 +426,8 @@ def test_zero_point_sums():
     groups, the 9-16-row rows of 5-, 6- and 8-bit weights) take each channel's zero point
     off as its product with the group's activation sums: one more mma a k16 step (a dot of ones), no subtraction
     from the converted weights. Every configuration it cannot serve is refused by name."""
-    def chosen(name, m, k=8192, n=28672, group=128, **kwargs):
-        config = choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group), 132,
-                               **{"wgmma": True, "zero_points": True, **kwargs})
-        return config.zero_point_sums
+    def chosen(name, m, *args, **kwargs):
+        return table_choice(name, m, *args, **{"zero_points": True, **kwargs}).zero_point_sums
 
     for m in (1, 4, 8):
         assert chosen("uint3b", m) and chosen("int3b", m), m
@@ -474,9 +475,8 @@ def test_zero_point_splits():
     """ZERO_POINT_SPLITS: with zero points, 8-bit integer weights on the 7-8-bit ring row split K in 4 where the row
     splits it in 2 (int8 with a ring of 4 k-steps), up to 8 rows; the same weights without zero points, other widths,
     other shapes and batches keep the table's row, and the configuration it gives compiles."""
-    def chosen(name, m, k=8192, n=28672, group=128, **kwargs):
-        return choose_config(m, WeightFormat(dtypes.as_dtype(name), k, n, group), 132,
-                             **{"wgmma": True, "zero_points": True, **kwargs})
+    def chosen(name, m, *args, **kwargs):
+        return table_choice(name, m, *args, **{"zero_points": True, **kwargs})
 
     for m in (1, 4, 8):
         plain = chosen("uint8", m, zero_points=False)

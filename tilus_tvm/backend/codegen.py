@@ -29,6 +29,10 @@ from tilus_tvm.passes.shared_memory import SharedMemoryPlan
 from tilus_tvm.instructions.tma import encode_tensor_maps
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+# TVM 0.27's launch tag for programmatic dependent launch (its spelling); its host/device split copies the
+# kernel-launch-params attribute to the kernel, and its CUDA runtime launches that kernel with
+# CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (attrs.dependent_launch)
+PROGRAMMATIC_LAUNCH = "tirx.use_programtic_dependent_launch"
 
 
 NARROW_FLOATS = ("float16", "bfloat16")
@@ -163,7 +167,8 @@ def generate(func: Function, plan: SharedMemoryPlan, params: Optional[list[Param
                     Tb.arg(c_identifier(param.name), param.var)
                 elif param.kind == "pointer":
                     Tb.arg(c_identifier(param.name), param.buffer)
-            Tb.func_attr({"tirx.noalias": True, **(attrs or {})})
+            launch = {"tirx.kernel_launch_params": [PROGRAMMATIC_LAUNCH]} if func.dependent_launch else {}
+            Tb.func_attr({"tirx.noalias": True, **launch, **(attrs or {})})
             for param in params:
                 if param.kind == "pointer" and param.shaped:
                     # a wide pointer's sub-views address it with int64 offsets: count it in int64 too

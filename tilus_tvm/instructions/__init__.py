@@ -22,11 +22,12 @@ its scratch requirement and its emitter (see :mod:`tilus_tvm.instructions.regist
                        FenceProxyAsync (sm_90)
     tma.py             TmaLoad (cp.async.bulk.tensor, tensor maps encoded on the host), MbarrierInit,
                        MbarrierWait, MbarrierArrive (sm_90)
+    grid_dependency.py GridDependencyWait, LaunchDependents (programmatic dependent launch, sm_90)
 
 Importing this package registers all of them.
 """
 from tilus_tvm.instructions import (allocate, async_copy, cast, convert_layout, dot, elementwise,  # noqa: F401
                                     global_memory, misc, reduce, shared_memory)
 from tilus_tvm.instructions import print_tensor  # noqa: F401
-from tilus_tvm.instructions import scan, tma, views, wgmma  # noqa: F401
+from tilus_tvm.instructions import grid_dependency, scan, tma, views, wgmma  # noqa: F401
 from tilus_tvm.instructions.registry import InstructionImpl, lookup, register, registered  # noqa: F401

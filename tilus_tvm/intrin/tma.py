@@ -1,5 +1,6 @@
 """Hopper's tensor memory accelerator and ``mbarrier`` as TIR calls, for the Script backend
-(``tilus_tvm.instructions.tma``).
+(``tilus_tvm.instructions.tma``); and ``griddepcontrol``, programmatic dependent launch's two
+instructions (``tilus_tvm.instructions.grid_dependency``).
 
 TVM 0.27 has these: its PTX builders (``T.ptx.mbarrier.*``, ``T.ptx["cp.async.bulk.tensor..."]``) write
 each instruction as a small inline-assembly device function, ``T.cuda.mbarrier_wait`` spins on
@@ -58,3 +59,13 @@ def emit_mbarrier_wait(barrier: Any, phase: Any) -> Any:
     """Wait (``mbarrier.try_wait.parity`` in a loop) until the barrier at generic pointer ``barrier`` has
     completed its phase of parity ``phase``."""
     return _T().cuda.mbarrier_wait(barrier, phase)
+
+
+def emit_grid_dependency_wait() -> Any:
+    """``griddepcontrol.wait``: wait for the grids this launch depends on to complete, their writes visible."""
+    return _T().ptx.griddepcontrol.wait()
+
+
+def emit_launch_dependents() -> Any:
+    """``griddepcontrol.launch_dependents``: this block lets the dependent launch after it start."""
+    return _T().ptx.griddepcontrol.launch_dependents()

@@ -280,6 +280,19 @@ class FenceProxyAsync(Instruction):
 
 
 @dataclass(eq=False)
+class GridDependencyWait(Instruction):
+    """``griddepcontrol.wait``: this thread waits until the grids its launch depends on (programmatic
+    dependent launch) have completed and their memory operations are visible; at once without such a
+    launch."""
+
+
+@dataclass(eq=False)
+class LaunchDependents(Instruction):
+    """``griddepcontrol.launch_dependents``: this block lets the grids launched after it with programmatic
+    dependent launch start before it ends (they still wait at their ``GridDependencyWait``)."""
+
+
+@dataclass(eq=False)
 class MbarrierInit(Instruction):
     """Thread 0 initialises every ``mbarrier`` of ``barriers`` (a uint64 shared tensor) to expect
     ``arrivals`` arrivals a phase; then the block synchronises."""

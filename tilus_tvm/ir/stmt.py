@@ -117,6 +117,7 @@ class Function:
     aligned_pointers: frozenset = frozenset()  # names of pointer params known 16-byte aligned at launch
     arch: str = "sm_80"  # the target: selects each instruction's implementation (tilus_tvm/instructions)
     min_blocks_per_sm: Optional[int] = None  # occupancy the register allocation must leave room for
+    dependent_launch: bool = False  # launched with programmatic dependent launch (attrs.dependent_launch)
 
     def aligned(self, param: Param) -> bool:
         """Whether vector accesses may assume ``param``'s data pointer is 16-byte aligned (workspaces

@@ -36,12 +36,13 @@ from tilus_tvm.target import MAX_GRID
 
 class Attributes:
     """Launch configuration, set from inside ``__call__``: ``blocks``, ``warps`` and, optionally,
-    ``min_blocks_per_sm``."""
+    ``min_blocks_per_sm`` and ``dependent_launch``."""
 
     def __init__(self):
         self._blocks: Optional[tuple[Any, ...]] = None
         self._warps: Optional[int] = None
         self._min_blocks_per_sm: Optional[int] = None
+        self._dependent_launch = False
 
     @property
     def blocks(self) -> Optional[tuple[Any, ...]]:
@@ -93,6 +94,22 @@ class Attributes:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
             raise ScriptError(f"attrs.min_blocks_per_sm must be a compile-time int in [1, 32], got {value!r}")
         self._min_blocks_per_sm = value
+
+    @property
+    def dependent_launch(self) -> bool:
+        """Launch with CUDA's programmatic dependent launch (Hopper, sm_90): the kernel may start while
+        the work queued before it on the stream is still running, once that work has let it
+        (:meth:`~tilus_tvm.lang.instructions.hopper.HopperInstructions.launch_dependents`, or its exit).
+        The kernel must then call ``self.grid_dependency_wait()`` before it reads anything that work
+        may write, or writes anything it may read; what it does before the wait may touch only memory
+        no earlier work on the stream writes (a model's weights). False: an ordinary launch."""
+        return self._dependent_launch
+
+    @dependent_launch.setter
+    def dependent_launch(self, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise ScriptError(f"attrs.dependent_launch must be a compile-time bool, got {value!r}")
+        self._dependent_launch = value
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ from tvm import tirx
 
 from tilus_tvm.backend.codegen import block_iter_vars
 from tilus_tvm.errors import ScriptError
+from tilus_tvm.instructions.registry import family_level
+from tilus_tvm.ir import inst as ir
 from tilus_tvm.ir.builder import Builder
 from tilus_tvm.ir.scalar import c_identifier
-from tilus_tvm.ir.stmt import Function, Param
+from tilus_tvm.ir.stmt import Function, Param, instructions
 from tilus_tvm.lang.frontend import Transpiler
 from tilus_tvm.lang.pointer import PointerValue
 from tilus_tvm.lang.script import Attributes, Dim3, Script
@@ -64,6 +66,20 @@ def transpile(script: Script, specs: list[ParamSpec], const_values: Mapping[str,
         raise ScriptError(f"{cls.__name__}.__call__ never sets self.attrs.blocks (the grid size)")
     if state.attrs.warps is None:
         raise ScriptError(f"{cls.__name__}.__call__ never sets self.attrs.warps (warps per block)")
+    if state.attrs.dependent_launch:
+        check_dependent_launch(cls.__name__, builder.body, arch)
     return Function(cls.kernel_name(), params, state.attrs.blocks, state.attrs.warps, builder.body,
                     block_vars=block_ivs, aligned_pointers=aligned_pointers, arch=arch,
-                    min_blocks_per_sm=state.attrs.min_blocks_per_sm)
+                    min_blocks_per_sm=state.attrs.min_blocks_per_sm, dependent_launch=state.attrs.dependent_launch)
+
+
+def check_dependent_launch(name: str, body: Any, arch: str) -> None:
+    """``attrs.dependent_launch`` needs Hopper and a ``grid_dependency_wait`` in the kernel: without one,
+    the kernel would read the work before it while that work still runs."""
+    if family_level(arch) < 90:
+        raise ScriptError(f"{name}: attrs.dependent_launch (programmatic dependent launch) needs sm_90 or newer, "
+                          f"the target is {arch}")
+    if not any(isinstance(inst, ir.GridDependencyWait) for inst in instructions(body)):
+        raise ScriptError(f"{name}: attrs.dependent_launch is set but the kernel never calls "
+                          f"self.grid_dependency_wait(): it would read what the work before it writes while that "
+                          f"work runs")

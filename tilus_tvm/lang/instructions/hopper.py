@@ -208,6 +208,27 @@ class HopperInstructions(InstructionBase):
                 raise ScriptError(f"{what}: pin takes float32 register tensors (wgmma accumulators), got {tensor!r}")
         return tensors
 
+    def grid_dependency_wait(self) -> None:
+        """``griddepcontrol.wait``: with ``self.attrs.dependent_launch``, wait until the work queued before
+        this kernel on the stream has completed and its writes are visible. Every thread that then reads
+        what that work wrote (or writes what it reads) must have executed it; call it where the whole
+        block passes. Loads of data nothing on the stream writes (weights) may go before it, to overlap
+        the work before. Without a dependent launch it returns at once. Needs sm_90.
+
+        >>> self.attrs.dependent_launch = True   # doctest: +SKIP
+        >>> self.launch_dependents()              # the next kernel may start now  # doctest: +SKIP
+        >>> w = self.load_global(gw, ...)         # weights: written by nothing before  # doctest: +SKIP
+        >>> self.grid_dependency_wait()           # the activations are ready  # doctest: +SKIP
+        """
+        self._builder("grid_dependency_wait").emit(ir.GridDependencyWait())
+
+    def launch_dependents(self) -> None:
+        """``griddepcontrol.launch_dependents``: let the kernel queued after this one with a dependent launch
+        start before this one ends (it still waits for this one's end at its :meth:`grid_dependency_wait`),
+        once every block of this kernel has called it or exited. Without such a kernel after it, it does
+        nothing. Needs sm_90."""
+        self._builder("launch_dependents").emit(ir.LaunchDependents())
+
     def fence_proxy_async(self) -> None:
         """``fence.proxy.async.shared::cta``: make this thread's shared-memory writes (``cp.async`` copies
         it waited for, stores) visible to ``wgmma``. Follow it with :meth:`sync`."""

@@ -68,7 +68,7 @@ def main():
     for name in args.types.split(","):
         w = bench.Weights(name, args.k, args.n)
         fmt = w.packed.format
-        t_ours, _, config = bench.run_ours(w, 1)
+        t_ours, _, _, config, _ = bench.run_ours(w, 1)
         nbytes = w.packed.storage.numel() * 4
         rows = [(f"quantized_matmul {bench.config_text(config)}", t_ours)]
         for warps, units, prefetch in ((config.warps, config.units_per_warp, config.prefetch),

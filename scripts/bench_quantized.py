@@ -215,9 +215,11 @@ def table_config(m: int, fmt) -> Config:
 
 
 def run_ours(w: Weights, m: int, config=None, tune: bool = False):
-    """(microseconds, microseconds a call in a row of SEQUENCE or None, bytes moved, config) of quantized_matmul for
-    a batch of m rows, checked first. ``tune``: the configuration quantized_matmul(tune=True) launches (the table's
-    with the tile tuned for it, at the first call of its key: ``tuned_config``)."""
+    """(microseconds, microseconds a call in a row of SEQUENCE or None, bytes moved, config, microseconds a call in a
+    row with dependent launches or None) of quantized_matmul for a batch of m rows, checked first. ``tune``: the
+    configuration quantized_matmul(tune=True) launches (the table's with the tile tuned for it, at the first call of
+    its key: ``tuned_config``). In a row on Hopper, the same calls are also timed with ``dependent_launch=True``,
+    after a run of them whose every output fed the next call's activations was checked."""
     a = torch.randn(m, w.packed.k, device="cuda").to(ACTIVATIONS)
     out = torch.empty(m, w.packed.n, dtype=ACTIVATIONS, device="cuda")
     chosen = config or table_config(m, w.packed.format)
@@ -229,19 +231,61 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
         chosen = tuned_config(chosen, dtypes.as_dtype(ACTIVATIONS), m, a, w.packed, w.scales, w.zeros is not None,
                               out)
 
-    def launch(packed, scales, zeros):
-        return quantized_matmul(a, packed, scales, zeros, out=out, config=chosen)
+    def launch(packed, scales, zeros, dependent=False):
+        return quantized_matmul(a, packed, scales, zeros, out=out, config=chosen, dependent_launch=dependent)
 
     call = lambda: launch(w.packed, w.scales, w.zeros)  # noqa: E731
     call()
     w.check(a, out)
-    in_turn = None
+    in_turn = in_turn_dependent = None
     if SEQUENCE:  # the checked weight, then copies of it in memory of their own
         sets = [(w.packed, w.scales, w.zeros)] + [
             (QuantizedWeight(w.packed.storage.clone(), w.packed.format), w.scales.clone(),
              None if w.zeros is None else w.zeros.clone()) for _ in range(SEQUENCE - 1)]
         in_turn = timed_in_turn([lambda s=s: launch(*s) for s in sets])
-    return timed(call), in_turn, w.nbytes + a.numel() * 2 + out.numel() * 2, chosen
+        if HOPPER:
+            check_dependent_chain(w, m, chosen)
+            in_turn_dependent = timed_in_turn([lambda s=s: launch(*s, dependent=True) for s in sets])
+    return timed(call), in_turn, w.nbytes + a.numel() * 2 + out.numel() * 2, chosen, in_turn_dependent
+
+
+def check_dependent_chain(w: Weights, m: int, config, calls: int = 4):
+    """Calls with dependent_launch=True, each reading the output of the one before as its activations (its first
+    M x K elements), captured in one CUDA graph and replayed over outputs set to NaN, against the same calls made in
+    turn without: a call that read its activations before the call before it had written them would differ. The
+    scales are divided by the values' RMS and given random signs, so that each call keeps its outputs near unit
+    size."""
+    k, n = w.packed.k, w.packed.n
+    if n < k:
+        return
+    signs = torch.randint(0, 2, w.scales.shape, device="cuda").float() * 2 - 1  # (uncorrelated outputs)
+    scales = (w.scales.float() * signs / w.values.float().pow(2).mean().sqrt()).to(ACTIVATIONS).contiguous()
+    outs = [torch.empty(m, n, dtype=ACTIVATIONS, device="cuda") for _ in range(calls)]
+    x0 = torch.randn(m, k, device="cuda").to(ACTIVATIONS)
+
+    def chain(dependent: bool):
+        x = x0
+        for out in outs:
+            quantized_matmul(x, w.packed, scales, w.zeros, out=out, config=config, dependent_launch=dependent)
+            x = out.view(-1)[:m * k].view(m, k)
+        return x
+
+    reference = chain(False).clone()
+    if not torch.isfinite(reference).all():
+        raise AssertionError("the chain's reference overflowed: no check of dependent launches")
+    for out in outs:
+        out.fill_(float("nan"))
+    if not torch.equal(chain(True), reference):  # (launched one by one, as eager code does)
+        raise AssertionError("dependent launches gave other results than the same calls without")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = chain(True)
+    for out in outs:
+        out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    if not torch.equal(result, reference):
+        raise AssertionError("dependent launches in a row gave other results than the same calls in turn")
 
 
 def run_table(shapes, types, bandwidth, tuned: bool = False):
@@ -276,8 +320,8 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
                     torch.cuda.empty_cache()  # (the copies of the weights for SEQUENCE)
             del weights
             torch.cuda.empty_cache()
-    in_turn = (f"{'in a row':>10}{'of floor':>10}{'vs torch':>10}{'copy alone':>12}{'in a row':>10}" if SEQUENCE
-               else "")
+    in_turn = (f"{'in a row':>10}{'of floor':>10}{'vs torch':>10}{'dependent':>11}{'of floor':>10}{'copy alone':>12}"
+               f"{'in a row':>10}" if SEQUENCE else "")
     print(f"\n{'shape MxKxN':<18}{'weights':<14}{'MB moved':>9}{'floor us':>10}{'time us':>10}{'of floor':>10}"
           f"{'vs torch':>10}{'vs tinygemm':>13}{in_turn}  config")
     for m, k, n in shapes:
@@ -295,12 +339,15 @@ def run_table(shapes, types, bandwidth, tuned: bool = False):
             if isinstance(result, Exception):
                 print(f"{'':<18}{name:<14}  FAILED: {type(result).__name__}: {str(result)[:150]}")
                 continue
-            t_ours, seq_ours, nbytes, config, *copy = result
+            t_ours, seq_ours, nbytes, config, seq_dependent, *copy = result
             floor = nbytes / bandwidth
             tiny_text = f"{t_tiny / t_ours:12.2f}x" if (t_tiny and name.startswith("uint4b")) else f"{'-':>13}"
             if ZERO_POINTS and dtypes.as_dtype(name.split()[0]).is_integer:
                 name = name.replace(" ", "+z ", 1) if " " in name else name + "+z"  # (zero points)
             copy_text = f"{copy[0]:12.1f}{copy[1]:10.1f}" if copy else ""
+            if SEQUENCE:  # (dependent launches in a row: Hopper only)
+                copy_text = (f"{seq_dependent:11.1f}{floor / seq_dependent:10.0%}" if seq_dependent
+                             else f"{'-':>11}{'':>10}") + copy_text
             print(f"{'':<18}{name:<14}{nbytes / 1e6:9.1f}{floor:10.1f}{t_ours:10.1f}{floor / t_ours:10.0%}"
                   f"{t_torch / t_ours:9.2f}x{tiny_text}{in_row(seq_ours, floor, seq_torch)}{copy_text}"
                   f"  {config_text(config)}")
@@ -402,7 +449,7 @@ def sweep(bandwidth, m: int = 1, k: int = 8192, n: int = 28672, weight_type: str
             candidates = list(dict.fromkeys(wgmma)) + candidates
     for config in candidates:
         try:
-            t_ours, _, nbytes, _ = run_ours(w, m, config)
+            t_ours, _, nbytes, _, _ = run_ours(w, m, config)
             results.append((t_ours, nbytes, config))
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"# {config}: {type(exc).__name__}: {str(exc)[:160]}")

@@ -177,8 +177,9 @@ def tile_program(kernel, fmt, m, target, workspace=(1,)):
                                meta(*workspace, dtype=torch.float32), target=target)
 
 
-def compile_kernel(fmt, m, config, zero_points=False, target="sm_90", dtype=torch.float16):
-    kernel = QuantizedMatmul(fmt, dtypes.as_dtype(dtype), zero_points, **asdict(config))
+def compile_kernel(fmt, m, config, zero_points=False, target="sm_90", dtype=torch.float16, dependent_launch=False):
+    kernel = QuantizedMatmul(fmt, dtypes.as_dtype(dtype), zero_points, **asdict(config),
+                             dependent_launch=dependent_launch)
     args = (m, torch.zeros(m, fmt.k, dtype=dtype), torch.zeros(fmt.storage_shape, dtype=torch.int32),
             torch.zeros(fmt.groups, fmt.n, dtype=dtype), torch.zeros(fmt.groups, fmt.n, dtype=dtype),
             torch.zeros(m, fmt.n, dtype=dtype), torch.zeros(config.split_k, m, fmt.n))
@@ -633,6 +634,64 @@ def test_decode_kernel_streams_weights_through_a_per_thread_ring():
                               "stages": 3, "scale_weights": True}, "weight_ring is for mma.sync")):
         with pytest.raises(ScriptError, match=message):
             QuantizedMatmul(fmt, **kwargs)
+
+
+def kernel_body(compiled) -> str:
+    source = compiled.cuda_source
+    return source[source.index("{", source.rindex("__global__")):]
+
+
+@pytest.mark.parametrize("name,m,k,n,zero_points,overrides", [
+    ("uint4b", 1, 4096, 11008, False, {}),  # the TMA ring of weights, K split in 4 (serial reduction, workspaces)
+    ("uint2b", 1, 8192, 28672, True, {}),  # groups of warps, staged activations, biased codes with zero points
+    ("uint4b", 16, 8192, 28672, False, {}),  # the 16-row tile
+    ("uint4b", 4, 4096, 4096, False, {}),  # weights straight to registers, activations in registers
+    ("uint3b", 128, 4096, 11008, False, {}),  # wgmma: activations by TMA, SplitKSum's workspace
+    ("uint4b", 16, 1024, 512, False, {"weight_ring": 3, "weight_stages": 0, "stage_activations": True,
+                                      "stages": 3}),  # the per-thread ring: words and activations in one group
+])
+def test_dependent_launch_waits_before_the_activations(name, m, k, n, zero_points, overrides):
+    """dependent_launch: the kernel issues the first k-steps' weights, scales and zero points, then waits for the work
+    before it; every read of the activations and every write of the output and the workspaces come after that wait
+    (the per-thread ring, whose copy groups hold words and activations alike, waits before its first copy). On the
+    TMA ring of weights it lets the next call start once its k-loop is done. The kernel without it has none of
+    this."""
+    fmt = WeightFormat(dtypes.as_dtype(name), k, n, 128)
+    config = replace(table_choice(name, m, k=k, n=n, zero_points=zero_points), **overrides)
+    _, compiled = compile_kernel(fmt, m, config, zero_points, target="sm_90a", dependent_launch=True)
+    body = kernel_body(compiled)
+    assert body.count("griddepcontrol_wait()") == 1
+    wait = body.index("griddepcontrol_wait()")
+    if config.weight_stages:  # the next call may start once this one's k-loop is done (else as each block exits)
+        assert body.count("griddepcontrol_launch_dependents()") == 1
+        assert wait < body.index("griddepcontrol_launch_dependents()") < body.index("out_ptr_ptr")
+    else:
+        assert "griddepcontrol_launch_dependents()" not in body
+    late = ["a_ptr_ptr", "out_ptr_ptr", "workspace", "bulk_tensor_2d"]  # activations (TMA: 2-D), output, workspaces
+    assert all(wait < body.index(text) for text in late if text in body), [t for t in late if t in body]
+    early = ["s_ptr_ptr", "bulk_tensor_4d", "bulk_tensor_5d"]  # scales, the weights' TMA (4-/5-D)
+    if not config.weight_ring:
+        assert any(text in body[:wait] for text in early)
+        assert "a_ptr_ptr" in body[wait:] or "bulk_tensor_2d" in body[wait:]  # (read by threads or by TMA)
+    else:
+        assert "w_ptr_ptr" not in body[:wait]
+    assert "griddepcontrol.wait;" in compiled.ptx
+    plain = compile_kernel(fmt, m, config, zero_points, target="sm_90a")[1]
+    assert "griddepcontrol" not in plain.cuda_source
+
+
+def test_dependent_launch_misuse():
+    fmt = WeightFormat(dtypes.uint4b, 1024, 512, 128)
+    with pytest.raises(ScriptError, match="dependent_launch must be a bool, got 1"):
+        QuantizedMatmul(fmt, dependent_launch=1)
+    with pytest.raises(ScriptError, match="needs sm_90 or newer, the target is sm_80"):
+        compile_kernel(fmt, 1, choose_config(1, fmt), target="sm_80", dependent_launch=True)
+    packed = pack_weight(torch.zeros(1024, 512), "uint4b", 128)
+    a, scales = torch.zeros(1, 1024, dtype=torch.float16), torch.ones(8, 512, dtype=torch.float16)
+    with pytest.raises(LaunchError, match="dependent_launch=True needs a Hopper GPU"):
+        quantized_matmul(a, packed, scales, dependent_launch=True)
+    with pytest.raises(LaunchError, match="dependent_launch must be a bool"):
+        quantized_matmul(a, packed, scales, dependent_launch="yes")
 
 
 def test_wgmma_activations_by_tma():

@@ -575,3 +575,58 @@ def test_zero_point_sums(name, m, k, n, group, dtype, overrides):
     a = torch.randn(m, k, generator=generator).to(dtype).cuda()
     config = Config(**{"units_per_warp": 2, "block_m": 8, **overrides})
     check_against_exact(a, packed, scales, zeros, config, "zero_point_sums")
+
+
+@pytest.mark.parametrize("name,m,k,n,zero_points,table_shape,overrides", [
+    ("uint4b", 1, 4096, 11008, False, None, {}),  # the TMA ring of weights, K split in 4 (serial, workspaces)
+    ("uint2b", 3, 2048, 8192, True, (8192, 28672), {}),  # groups of warps, staged activations, biased codes
+    ("uint4b", 16, 1024, 4096, False, (8192, 28672), {}),  # the 16-row tile (groups of warps)
+    ("uint4b", 16, 1024, 4096, False, None, {}),  # activations staged by cp.async, weights to registers
+    ("int5b", 4, 1024, 1024, False, None, {}),  # the per-thread cp.async ring of weights
+    ("uint4b", 16, 1024, 2048, False, None, {"weight_ring": 3, "weight_stages": 0, "stage_activations": True,
+                                             "stages": 3}),  # ... with the activations in its copy groups
+    ("uint3b", 128, 1024, 4096, False, None, {}),  # wgmma on Hopper
+    ("uint4b", 128, 4096, 4096, False, (28672, 8192), {}),  # wgmma, K split and added up by SplitKSum
+])
+def test_dependent_launches_in_a_row(name, m, k, n, zero_points, table_shape, overrides):
+    """Calls with dependent_launch=True, each taking the output of the one before as its activations, give the
+    same bits as the same calls without, launched one by one and replayed from a CUDA graph over NaN-poisoned
+    outputs: no call reads its activations before the call before it has written them. ``table_shape``: the
+    configuration is the table's for that K x N (a large decode shape's tile, on a smaller weight)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90")
+    generator = torch.Generator().manual_seed(3)
+    w = random_weight(name, k, n, generator)
+    packed = pack_weight(w.cuda(), name, 128).to("cuda")
+    rms = w.pow(2).mean().sqrt().item()
+    signs = torch.randint(0, 2, (k // 128, n), generator=generator) * 2 - 1  # (outputs of unit size, uncorrelated)
+    scales = ((torch.rand(k // 128, n, generator=generator) + 0.5) * signs / (math.sqrt(k) * rms)).half().cuda()
+    zeros = (torch.rand(k // 128, n, generator=generator) * 3).round().half().cuda() if zero_points else None
+    capability = torch.cuda.get_device_capability()
+    table_k, table_n = table_shape or (k, n)
+    config = replace(choose_config(m, WeightFormat(dtypes.as_dtype(name), table_k, table_n, 128),
+                                   torch.cuda.get_device_properties(0).multi_processor_count,
+                                   wgmma=capability == (9, 0), zero_points=zero_points), **overrides)
+    x0 = torch.randn(m, k, generator=generator).half().cuda()
+    outs = [torch.empty(m, n, dtype=torch.float16, device="cuda") for _ in range(4)]
+
+    def chain(dependent):
+        x = x0
+        for out in outs:
+            quantized_matmul(x, packed, scales, zeros, out=out, config=config, dependent_launch=dependent)
+            x = out.view(-1)[:m * k].view(m, k)
+        return x
+
+    reference = chain(False).clone()
+    assert torch.isfinite(reference).all() and reference.abs().max() > 0
+    for out in outs:
+        out.fill_(float("nan"))
+    assert torch.equal(chain(True), reference)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = chain(True)
+    for out in outs:
+        out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(result, reference)

@@ -271,7 +271,12 @@ class QuantizedMatmul(tilus.Script):
     biases (``cast_bias``) with the same activations; with zero points, also each channel's zero point times the
     group's sums of the activations (a dot of ones), in place of a subtraction from every weight;
     ``zero_point_sums``: that zero-point term for codes converted exactly (any weight type with zero points, on those
-    mma.sync tiles).
+    mma.sync tiles); ``dependent_launch`` (Hopper): launched with programmatic dependent launch
+    (``attrs.dependent_launch``), so that a call may start while the kernel before it on the stream ends: it issues
+    the first k-steps' weights, scales and zero points, and waits for the work before it only then, before it
+    reads the activations or touches ``out`` and its workspaces; it lets the next call start once its k-loop is
+    done where its weights come through the TMA ring (``weight_stages``), else as each of its blocks exits. The
+    weights, scales and zero points must therefore not be written by the work queued just before the call.
     """
 
     def __init__(self, fmt: WeightFormat, dtype: Any = float16, zero_points: bool = False, warps: int = 4,
@@ -280,8 +285,11 @@ class QuantizedMatmul(tilus.Script):
                  min_blocks: int = 0, warpgroup_mma: bool = False, weight_stages: int = 0,
                  tma_activations: Optional[bool] = None, weight_ring: int = 0, release_barriers: bool = False,
                  fixed_slots: bool = False, k_groups: int = 1, fused_scales: Optional[bool] = None,
-                 biased_codes: bool = False, zero_point_sums: bool = False):
+                 biased_codes: bool = False, zero_point_sums: bool = False, dependent_launch: bool = False):
         super().__init__()
+        if not isinstance(dependent_launch, bool):
+            raise ScriptError(f"QuantizedMatmul: dependent_launch must be a bool, got {dependent_launch!r}")
+        self.dependent_launch = dependent_launch
         dtype = as_dtype(dtype)
         if dtype not in (float16, bfloat16):
             raise ScriptError(f"QuantizedMatmul: dtype (the activations') must be float16 or bfloat16, got {dtype.name}")
@@ -417,6 +425,8 @@ class QuantizedMatmul(tilus.Script):
         bn = warps * self.units_per_warp * 16
         self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(fmt.n, bn), splits]
         self.attrs.warps = warps * kg
+        if self.dependent_launch:  # (see __init__: what goes before the wait reads only the weights)
+            self.attrs.dependent_launch = True
         if self.min_blocks:
             self.attrs.min_blocks_per_sm = self.min_blocks
         m0: int32 = self.blockIdx.x * bm
@@ -478,6 +488,8 @@ class QuantizedMatmul(tilus.Script):
             sx = self.shared_tensor(dtype=dtype, shape=[self.stages, kg if kg > 1 else kt // chunk, bm, chunk])
         if ring:  # each thread's own words of a k-step, in the order of `words`: its loads read them back
             sring = self.shared_tensor(dtype=int32, shape=[ring] + list(words.shape))
+            if self.dependent_launch:  # (the ring's groups of copies hold the words and activation tiles alike)
+                self.grid_dependency_wait()
             for j in range(ring - 1):  # (with staged activations, one group a step holds both)
                 offsets, dims = self.word_offsets(granule0, self.k_step(first, j))
                 self.copy_async(src=gw, dst=sring[j], offsets=offsets, dims=dims, layout=words)
@@ -492,13 +504,6 @@ class QuantizedMatmul(tilus.Script):
                 if release:  # every thread releases a stage it has read
                     xfree = self.shared_tensor(dtype=uint64, shape=[self.stages])
                     self.mbarrier_init(xfree, arrivals=warps)
-            for s in range(self.stages - 1):
-                if tma_x:
-                    if s < steps:
-                        self.stage_activation_tile(ga_tma, sx, s, m0, self.k_step(first, s), chunk, xbars[s])
-                else:
-                    self.stage_activation_tile(ga, sx, s, m0, self.k_step(first, s * kg), chunk)
-                    self.copy_async_commit_group()
         # the weights of the next `prefetch` steps are in flight while a step computes: in registers, or with
         # weight_stages, in a ring of shared memory that TMA fills (one barrier a stage)
         wst = self.weight_stages
@@ -540,12 +545,24 @@ class QuantizedMatmul(tilus.Script):
         wslots, xslots, sslots, zslots = [], [], [], []
         for j in list(range(wq)):
             wslots.append(self.load_step_words(gw, granule0, self.k_step(first, j), words))
-        for j in list(range(xq)):
-            xslots.append(self.load_step_activations(ga, m0, self.k_step(first, j * kg), x_layout))
         for j in list(range(sq)):
             sslots.append(self.load_step_groups(gs_steps, n0, self.k_step(first, j * kg), bn, group_layout))
         for j in list(range(zq)):
             zslots.append(self.load_step_groups(gz_steps, n0, self.k_step(first, j * kg), bn, group_layout))
+        # the weights, scales and zero points of the first steps are in flight; the activations come after them
+        # (with a dependent launch, once the work before this call, which may write them, has ended)
+        if self.dependent_launch and not ring:
+            self.grid_dependency_wait()
+        if self.stage_activations and not ring:
+            for s in range(self.stages - 1):
+                if tma_x:
+                    if s < steps:
+                        self.stage_activation_tile(ga_tma, sx, s, m0, self.k_step(first, s), chunk, xbars[s])
+                else:
+                    self.stage_activation_tile(ga, sx, s, m0, self.k_step(first, s * kg), chunk)
+                    self.copy_async_commit_group()
+        for j in list(range(xq)):
+            xslots.append(self.load_step_activations(ga, m0, self.k_step(first, j * kg), x_layout))
         for round_ in range((steps + unroll - 1) // unroll):
             for u in list(range(unroll)):
                 i = round_ * unroll + u
@@ -705,6 +722,11 @@ class QuantizedMatmul(tilus.Script):
                             for later in list(range(1, len(queue))):
                                 self.assign(queue[later - 1], queue[later])
                             self.assign(queue[-1], new)
+        if self.dependent_launch and wst:
+            # the next call may start once every block of this one is past its k-loop, and fill its own TMA ring of
+            # weights meanwhile; the other paths let it start only as each block exits (their next call's blocks,
+            # placed early, measured slower: see docs/quantized_matmul.md, "Dependent launches")
+            self.launch_dependents()
         if kg > 1:  # the groups' partial sums, added across the groups of warps (through shared memory)
             acc = self.sum(acc, dim=0)
             c_layout = reduce(c_layout, [0])
@@ -933,10 +955,11 @@ def tuned_config(config: Config, half: Any, m: int, rows: Any, weight: Quantized
     return replace(config, **{name: chosen[name] for name in tunable.space.names})
 
 
-def kernel_for(fmt: WeightFormat, dtype: Any, zero_points: bool, config: Config) -> QuantizedMatmul:
-    key = (fmt, as_dtype(dtype).name, bool(zero_points), config)
+def kernel_for(fmt: WeightFormat, dtype: Any, zero_points: bool, config: Config,
+               dependent_launch: bool = False) -> QuantizedMatmul:
+    key = (fmt, as_dtype(dtype).name, bool(zero_points), config, dependent_launch)
     if key not in _KERNELS:
-        _KERNELS[key] = QuantizedMatmul(fmt, dtype, zero_points, **asdict(config))
+        _KERNELS[key] = QuantizedMatmul(fmt, dtype, zero_points, **asdict(config), dependent_launch=dependent_launch)
     return _KERNELS[key]
 
 
@@ -956,7 +979,7 @@ def _multiprocessors(device_index: int) -> int:
 
 def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros: Any = None, out: Any = None, *,
                      dtype: Any = None, group_size: Optional[int] = None, config: Optional[Config] = None,
-                     tune: Optional[bool] = None) -> Any:
+                     tune: Optional[bool] = None, dependent_launch: bool = False) -> Any:
     """``a @ w`` for a CUDA float16/bfloat16 ``a`` [..., K] and a weight packed by :func:`pack_weight`.
 
     ``w[k, n] = (value(q[k, n]) - zeros[k // g, n]) * scales[k // g, n]``; ``scales`` (and ``zeros``)
@@ -968,6 +991,11 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
     ``tune=True`` (``None``: ``tilus_tvm.tune.configure(library=...)``) takes the block's tile and batch rows
     from the tuning database instead (:func:`tuned_config`: the first call of a key tunes
     ``QuantizedMatmul``'s space), the weights' path and K's split still from the table.
+    ``dependent_launch=True`` (Hopper) launches the kernel with programmatic dependent launch: in a run of
+    calls (a model's layers, captured in a CUDA graph), each call starts while the one before it ends and
+    streams its first weights meanwhile, waiting for it only before it reads ``a``. The weight, ``scales``
+    and ``zeros`` must then not be written by the work queued just before the call (a model's weights are
+    not), and ``scales`` / ``zeros`` must be contiguous (a copy made here would be such work).
     Every argument is checked before anything is launched.
 
     >>> qw, s, _ = quantize_weight(w, "uint4b", group_size=128)      # doctest: +SKIP
@@ -991,6 +1019,17 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
     if config is not None and not isinstance(config, Config):
         raise LaunchError(f"quantized_matmul: config must be a tilus_tvm.schedules.quantized_matmul.Config, got "
                           f"{config!r}")
+    if not isinstance(dependent_launch, bool):
+        raise LaunchError(f"quantized_matmul: dependent_launch must be a bool, got {dependent_launch!r}")
+    if dependent_launch:
+        if not (a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9):
+            raise LaunchError(f"quantized_matmul: dependent_launch=True needs a Hopper GPU (sm_90) or newer, got "
+                              f"{torch.cuda.get_device_name(a.device) if a.is_cuda else a.device}")
+        for name, tensor in (("scales", scales), ("zeros", zeros)):
+            if tensor is not None and not tensor.is_contiguous():
+                raise LaunchError(f"quantized_matmul: with dependent_launch=True, {name} must be contiguous (the "
+                                  f"kernel reads it before the work queued before the call has ended, and a copy "
+                                  f"made here would be that work); got strides {tensor.stride()}")
     tuned = use_tuned(tune, "quantized_matmul")
     if tuned and config is not None:
         raise LaunchError("quantized_matmul: give config or tune=True, not both (config fixes what tuning chooses)")
@@ -1012,7 +1051,7 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
                                zero_points=zeros is not None, dtype=half.name)
     if tuned and m:
         config = tuned_config(config, half, m, rows, packed_weight, scales, zeros is not None, out)
-    kernel = kernel_for(fmt, a.dtype, zeros is not None, config)  # checks the configuration
+    kernel = kernel_for(fmt, a.dtype, zeros is not None, config, dependent_launch)  # checks the configuration
     if not m:
         return out
     splits = config.split_k if config.split_reduce == "kernel" else 1  # partial sums that SplitKSum adds up

@@ -51,7 +51,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tilus_tvm import dtypes, lowp  # noqa: E402
-from tilus_tvm.utils import benchmark_func  # noqa: E402
+from tilus_tvm.utils import benchmark_func, check_dependent_chain  # noqa: E402
 from tilus_tvm.schedules.quantized_configs import (WGMMA_CONFIGS, WGMMA_MEDIUM, WGMMA_SMALL,  # noqa: E402
                                                    WGMMA_THREE_GROUPS, Config, choose_config, fit_units)
 from tilus_tvm.schedules.quantized_matmul import pack_weight, quantized_matmul, tuned_config  # noqa: E402
@@ -244,17 +244,15 @@ def run_ours(w: Weights, m: int, config=None, tune: bool = False):
              None if w.zeros is None else w.zeros.clone()) for _ in range(SEQUENCE - 1)]
         in_turn = timed_in_turn([lambda s=s: launch(*s) for s in sets])
         if HOPPER:
-            check_dependent_chain(w, m, chosen)
+            check_dependent_calls(w, m, chosen)
             in_turn_dependent = timed_in_turn([lambda s=s: launch(*s, dependent=True) for s in sets])
     return timed(call), in_turn, w.nbytes + a.numel() * 2 + out.numel() * 2, chosen, in_turn_dependent
 
 
-def check_dependent_chain(w: Weights, m: int, config, calls: int = 4):
-    """Calls with dependent_launch=True, each reading the output of the one before as its activations (its first
-    M x K elements), captured in one CUDA graph and replayed over outputs set to NaN, against the same calls made in
-    turn without: a call that read its activations before the call before it had written them would differ. The
-    scales are divided by the values' RMS and given random signs, so that each call keeps its outputs near unit
-    size."""
+def check_dependent_calls(w: Weights, m: int, config, calls: int = 4):
+    """Calls with dependent_launch=True, each reading the output of the one before as its activations, eager and
+    from a CUDA graph, against the same calls without (``tilus_tvm.utils.check_dependent_chain``). The scales are
+    divided by the values' RMS and given random signs, so that each call keeps its outputs near unit size."""
     k, n = w.packed.k, w.packed.n
     if n < k:
         return
@@ -262,30 +260,9 @@ def check_dependent_chain(w: Weights, m: int, config, calls: int = 4):
     scales = (w.scales.float() * signs / w.values.float().pow(2).mean().sqrt()).to(ACTIVATIONS).contiguous()
     outs = [torch.empty(m, n, dtype=ACTIVATIONS, device="cuda") for _ in range(calls)]
     x0 = torch.randn(m, k, device="cuda").to(ACTIVATIONS)
-
-    def chain(dependent: bool):
-        x = x0
-        for out in outs:
-            quantized_matmul(x, w.packed, scales, w.zeros, out=out, config=config, dependent_launch=dependent)
-            x = out.view(-1)[:m * k].view(m, k)
-        return x
-
-    reference = chain(False).clone()
-    if not torch.isfinite(reference).all():
-        raise AssertionError("the chain's reference overflowed: no check of dependent launches")
-    for out in outs:
-        out.fill_(float("nan"))
-    if not torch.equal(chain(True), reference):  # (launched one by one, as eager code does)
-        raise AssertionError("dependent launches gave other results than the same calls without")
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        result = chain(True)
-    for out in outs:
-        out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    if not torch.equal(result, reference):
-        raise AssertionError("dependent launches in a row gave other results than the same calls in turn")
+    check_dependent_chain(lambda x, out, dependent: quantized_matmul(x, w.packed, scales, w.zeros, out=out,
+                                                                     config=config, dependent_launch=dependent),
+                          outs, x0)
 
 
 def run_table(shapes, types, bandwidth, tuned: bool = False):

@@ -12,6 +12,7 @@ from tilus_tvm.schedules.quantized_configs import (HOPPER_CONFIGS, WGMMA_MEDIUM,
                                                    Config, choose_config)
 from tilus_tvm.schedules.quantized_matmul import pack_weight, quantized_matmul
 from tilus_tvm.schedules.quantized_weight import WeightFormat, dequantize
+from tilus_tvm.utils import check_dependent_chain
 
 pytestmark = pytest.mark.gpu
 
@@ -609,24 +610,5 @@ def test_dependent_launches_in_a_row(name, m, k, n, zero_points, table_shape, ov
                                    wgmma=capability == (9, 0), zero_points=zero_points), **overrides)
     x0 = torch.randn(m, k, generator=generator).half().cuda()
     outs = [torch.empty(m, n, dtype=torch.float16, device="cuda") for _ in range(4)]
-
-    def chain(dependent):
-        x = x0
-        for out in outs:
-            quantized_matmul(x, packed, scales, zeros, out=out, config=config, dependent_launch=dependent)
-            x = out.view(-1)[:m * k].view(m, k)
-        return x
-
-    reference = chain(False).clone()
-    assert torch.isfinite(reference).all() and reference.abs().max() > 0
-    for out in outs:
-        out.fill_(float("nan"))
-    assert torch.equal(chain(True), reference)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        result = chain(True)
-    for out in outs:
-        out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(result, reference)
+    check_dependent_chain(lambda x, out, dependent: quantized_matmul(x, packed, scales, zeros, out=out, config=config,
+                                                                     dependent_launch=dependent), outs, x0)

@@ -30,7 +30,10 @@ TEST_GROUPS=(
   "attention:tests/schedules/test_attention.py tests/schedules/test_attention_wgmma.py"
   "views:tests/instructions/test_views.py tests/instructions/test_shared_slices.py tests/instructions/test_item_ptr.py tests/instructions/test_async_copy.py tests/instructions/test_dot_split.py tests/instructions/test_scalar_memory.py tests/instructions/test_global_subview.py"
   "lowp:tests/instructions/test_lowp_gpu.py tests/schedules/test_quantized_placed_gpu.py"
-  "qmm:tests/schedules/test_quantized_matmul_gpu.py"
+  # (one process took more than 540 s over this file on the H100: three shards at once, TILUS_TEST_SHARD)
+  "qmm@0/3:tests/schedules/test_quantized_matmul_gpu.py"
+  "qmm@1/3:tests/schedules/test_quantized_matmul_gpu.py"
+  "qmm@2/3:tests/schedules/test_quantized_matmul_gpu.py"
   "relax:tests/relax"
   "tune:tests/tune/test_library_gpu.py tests/tune/test_tuned_matmul_gpu.py tests/tune/test_flushed_runner_gpu.py"
   "tune_tir:tests/tune/test_tir.py"
@@ -40,12 +43,15 @@ TEST_GROUPS=(
 if [[ $what == all || $what == tests ]]; then
   for group in "${TEST_GROUPS[@]}"; do
     name=${group%%:*}
+    shard=""  # "name@i/n": the i-th of n shards of the group's tests (TILUS_TEST_SHARD, tests/conftest.py)
+    if [[ $name == *@* ]]; then shard=${name#*@}; name=${name%%@*}; fi
     [[ -z $only || " $only " == *" $name "* ]] || continue
     files=()
     for f in ${group#*:}; do [[ -e $f ]] && files+=("$f"); done
+    log="$LOGS/test_$name${shard:+_${shard%%/*}}.txt"
     # SIGINT first, so that pytest still prints its tracebacks and summary when time runs out
-    timeout -s INT -k 20 "$LIMIT" python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rf "${files[@]}" \
-      > "$LOGS/test_$name.txt" 2>&1 &
+    TILUS_TEST_SHARD=$shard timeout -s INT -k 20 "$LIMIT" python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short \
+      -rf "${files[@]}" > "$log" 2>&1 &
   done
   wait
 fi

@@ -1,5 +1,6 @@
 """Test configuration: `gpu`-marked tests are skipped where no CUDA device is present; ``-n auto``
-(pytest-xdist) starts one worker per core this process may use; a failing test is named as it fails."""
+(pytest-xdist) starts one worker per core this process may use; a failing test is named as it fails;
+``TILUS_TEST_SHARD=i/n`` keeps every n-th collected test from the i-th."""
 import functools
 import os
 
@@ -16,6 +17,17 @@ def cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    shard = os.environ.get("TILUS_TEST_SHARD")
+    if shard:  # "i/n": every n-th test from the i-th (scripts/gpu_check.sh runs a long group as shards at once)
+        try:
+            index, count = (int(part) for part in shard.split("/"))
+        except ValueError:
+            raise pytest.UsageError(f"TILUS_TEST_SHARD={shard!r} must be 'i/n' with 0 <= i < n") from None
+        if not 0 <= index < count:
+            raise pytest.UsageError(f"TILUS_TEST_SHARD={shard!r} must be 'i/n' with 0 <= i < n")
+        kept = [item for position, item in enumerate(items) if position % count == index]
+        config.hook.pytest_deselected(items=[item for position, item in enumerate(items) if position % count != index])
+        items[:] = kept
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

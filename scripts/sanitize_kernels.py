@@ -183,7 +183,8 @@ def quantized_kernels(cuda, types=None):
             # at group 64 the 3-bit ring's stages (1536 bytes) are not multiples of 1024 (unswizzled)
             from tilus_tvm import dtypes
             from tilus_tvm.instructions.cast_rules import interleavable
-            from tilus_tvm.schedules.quantized_configs import HOPPER_CONFIGS, IN_BLOCK_SPLIT
+            from tilus_tvm.schedules.quantized_configs import (HOPPER_CONFIGS, IN_BLOCK_SPLIT, ZERO_POINT_BIASED,
+                                                               ZERO_POINT_SPLITS, ZERO_POINT_SUMS)
             tiles = []
             for row in dict.fromkeys(row[2] for row in HOPPER_CONFIGS):  # (rows that share a tile: once)
                 config = replace(row, split_k=2)
@@ -210,7 +211,6 @@ def quantized_kernels(cuda, types=None):
                           quantized_matmul(long_a, long_packed, long_scales, config=config), reference, 5e-2)
                 # with zero points, the tiles that take them off by the activation sums (a dot of ones): biased
                 # codes for the interleaved weights, the codes converted exactly for the others
-                from tilus_tvm.schedules.quantized_configs import ZERO_POINT_BIASED, ZERO_POINT_SPLITS, ZERO_POINT_SUMS
                 zeros = torch.randint(0, codes_max, (1024 // group, n), **cuda).half()
                 reference = dequantized_product(long_a, long_codes, long_scales, group, zeros)
                 if interleavable(dtypes.as_dtype(name)):

@@ -2,24 +2,27 @@
 reads what the call before it wrote, eager and replayed from a CUDA graph."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 
-def check_dependent_chain(call: Callable[[Any, Any, bool], Any], outs: Sequence[Any], x0: Any) -> None:
-    """Run ``call(x, out, dependent)`` (``out`` [m, n] computed from ``x`` [m, k]) once per output of ``outs``, each
-    call after the first taking the first m * k elements of the last output as its ``x``: without dependent
-    launches (the reference, which must be finite and not all zero), then with them launched one by one, then with
-    them replayed from a CUDA graph, the outputs set to NaN before each. Raises AssertionError unless all three
-    give the same bits: a call that read its ``x`` before the call before it had written it would differ."""
+def check_dependent_chain(call: Callable[[Any, Any, bool], Any], x0: Any, n: int, calls: int = 4) -> None:
+    """Run ``call(x, out, dependent)`` (``out`` [m, n] computed from ``x`` [m, k], both of ``x0``'s dtype) ``calls``
+    times, each call after the first taking the first m * k elements of a buffer that starts with the last output
+    (zeros after it, where n < k) as its ``x``: without dependent launches (the reference, which must be finite and
+    not all zero), then with them launched one by one, then with them replayed from a CUDA graph, the outputs set to
+    NaN before each. Raises AssertionError unless all three give the same bits: a call that read its ``x`` before the
+    call before it had written it would differ."""
     import torch
 
     m, k = x0.shape
+    buffers = [torch.zeros(m * max(n, k), dtype=x0.dtype, device=x0.device) for _ in range(calls)]
+    outs = [buffer[:m * n].view(m, n) for buffer in buffers]
 
     def chain(dependent: bool):
         x = x0
-        for out in outs:
+        for buffer, out in zip(buffers, outs):
             call(x, out, dependent)
-            x = out.view(-1)[:m * k].view(m, k)
+            x = buffer[:m * k].view(m, k)
         return x
 
     def poison():

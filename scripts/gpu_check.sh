@@ -35,6 +35,7 @@ TEST_GROUPS=(
   "qmm@1/3:tests/schedules/test_quantized_matmul_gpu.py"
   "qmm@2/3:tests/schedules/test_quantized_matmul_gpu.py"
   "relax:tests/relax"
+  "compile:tests/schedules/test_quantized_op_gpu.py"
   "tune:tests/tune/test_library_gpu.py tests/tune/test_tuned_matmul_gpu.py tests/tune/test_flushed_runner_gpu.py"
   "tune_tir:tests/tune/test_tir.py"
   "tune_more:tests/tune/test_attention_tune_gpu.py tests/tune/test_rpc_gpu.py"

@@ -17,8 +17,9 @@ variants that lost.
 """
 from __future__ import annotations
 
+import ast
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 from tilus_tvm.schedules.quantized_weight import WeightFormat
@@ -51,6 +52,17 @@ class Config:
     fused_scales: Optional[bool] = None
     biased_codes: bool = False
     zero_point_sums: bool = False
+
+    def __post_init__(self):
+        # the fields as the text of a dict literal, made once: torch.compile passes it to quantized_matmul's custom
+        # operator as a constant, where formatting the fields while tracing could meet symbolic ints (dynamic=True)
+        text = ", ".join(f"{field.name!r}: {getattr(self, field.name)!r}" for field in fields(self))
+        object.__setattr__(self, "text", "{" + text + "}")
+
+    @classmethod
+    def from_text(cls, text: str) -> "Config":
+        """The configuration whose ``text`` is ``text``."""
+        return cls(**ast.literal_eval(text))
 
 
 # (the largest batch served, the weight widths in bits served or None for all, the configuration, the blocks

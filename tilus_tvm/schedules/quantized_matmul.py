@@ -977,6 +977,66 @@ def _multiprocessors(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def check_call(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros: Any = None, out: Any = None, *,
+               dtype: Any = None, group_size: Optional[int] = None, config: Optional[Config] = None,
+               tune: Optional[bool] = None, dependent_launch: bool = False,
+               ask_device: bool = True) -> tuple[WeightFormat, tuple[int, ...], bool]:
+    """Every check of :func:`quantized_matmul`'s arguments, made before anything is allocated or launched: the
+    weight's format, the output's shape and whether the call tunes. ``ask_device=False`` leaves out the one check
+    that asks the GPU (dependent launches need Hopper), for tracing on a machine without one."""
+    import torch
+
+    fmt = check_weight(packed_weight, scales, zeros, dtype, group_size)
+    if not isinstance(a, torch.Tensor) or a.dim() < 1 or a.shape[-1] != fmt.k:
+        raise LaunchError(f"quantized_matmul: a must be a tensor [..., K={fmt.k}] for the weight ({fmt.describe()}), "
+                          f"got {type(a).__name__}{list(a.shape) if isinstance(a, torch.Tensor) else ''}")
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        raise LaunchError(f"quantized_matmul: a must be float16 or bfloat16, got {a.dtype}")
+    for name, tensor in (("scales", scales), ("zeros", zeros)):
+        if tensor is not None and tensor.dtype != a.dtype:
+            raise LaunchError(f"quantized_matmul: {name} must have a's dtype {a.dtype}, got {tensor.dtype}")
+    shape = (*a.shape[:-1], fmt.n)
+    if out is not None and (not isinstance(out, torch.Tensor) or tuple(out.shape) != shape or out.dtype != a.dtype
+                            or not out.is_contiguous()):
+        raise LaunchError(f"quantized_matmul: out must be a contiguous {a.dtype} tensor of shape {list(shape)}, "
+                          f"got " + (f"{out.dtype} {list(out.shape)}" if isinstance(out, torch.Tensor)
+                                     else type(out).__name__))
+    devices = {t.device for t in (a, packed_weight.storage, scales, zeros, out) if t is not None}
+    if len(devices) != 1:
+        raise LaunchError(f"quantized_matmul: a, the weight, scales, zeros and out must be on one device, got "
+                          f"{sorted(str(d) for d in devices)}")
+    check_config(config)
+    if not isinstance(dependent_launch, bool):
+        raise LaunchError(f"quantized_matmul: dependent_launch must be a bool, got {dependent_launch!r}")
+    if dependent_launch:
+        if ask_device and not (a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9):
+            raise LaunchError(f"quantized_matmul: dependent_launch=True needs a Hopper GPU (sm_90) or newer, got "
+                              f"{torch.cuda.get_device_name(a.device) if a.is_cuda else a.device}")
+        for name, tensor in (("scales", scales), ("zeros", zeros)):
+            if tensor is not None and not tensor.is_contiguous():
+                raise LaunchError(f"quantized_matmul: with dependent_launch=True, {name} must be contiguous (the "
+                                  f"kernel reads it before the work queued before the call has ended, and a copy "
+                                  f"made here would be that work); got strides {tensor.stride()}")
+    tuned = use_tuned(tune, "quantized_matmul")
+    if tuned and config is not None:
+        raise LaunchError("quantized_matmul: give config or tune=True, not both (config fixes what tuning chooses)")
+    return fmt, shape, tuned
+
+
+def check_config(config: Any) -> None:
+    if config is not None and not isinstance(config, Config):
+        raise LaunchError(f"quantized_matmul: config must be a tilus_tvm.schedules.quantized_matmul.Config, got "
+                          f"{config!r}")
+
+
+def compiling() -> bool:
+    """Whether ``torch.compile`` is tracing the caller (False where torch is too old to say)."""
+    import torch
+
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+
+
 def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros: Any = None, out: Any = None, *,
                      dtype: Any = None, group_size: Optional[int] = None, config: Optional[Config] = None,
                      tune: Optional[bool] = None, dependent_launch: bool = False) -> Any:
@@ -1003,46 +1063,19 @@ def quantized_matmul(a: Any, packed_weight: QuantizedWeight, scales: Any, zeros:
     """
     import torch
 
-    fmt = check_weight(packed_weight, scales, zeros, dtype, group_size)
-    if not isinstance(a, torch.Tensor) or a.dim() < 1 or a.shape[-1] != fmt.k:
-        raise LaunchError(f"quantized_matmul: a must be a tensor [..., K={fmt.k}] for the weight ({fmt.describe()}), "
-                          f"got {type(a).__name__}{list(a.shape) if isinstance(a, torch.Tensor) else ''}")
-    if a.dtype not in (torch.float16, torch.bfloat16):
-        raise LaunchError(f"quantized_matmul: a must be float16 or bfloat16, got {a.dtype}")
-    for name, tensor in (("scales", scales), ("zeros", zeros)):
-        if tensor is not None and tensor.dtype != a.dtype:
-            raise LaunchError(f"quantized_matmul: {name} must have a's dtype {a.dtype}, got {tensor.dtype}")
-    devices = {t.device for t in (a, packed_weight.storage, scales, zeros) if t is not None}
-    if len(devices) != 1:
-        raise LaunchError(f"quantized_matmul: a, the weight, scales and zeros must be on one device, got "
-                          f"{sorted(str(d) for d in devices)}")
-    if config is not None and not isinstance(config, Config):
-        raise LaunchError(f"quantized_matmul: config must be a tilus_tvm.schedules.quantized_matmul.Config, got "
-                          f"{config!r}")
-    if not isinstance(dependent_launch, bool):
-        raise LaunchError(f"quantized_matmul: dependent_launch must be a bool, got {dependent_launch!r}")
-    if dependent_launch:
-        if not (a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9):
-            raise LaunchError(f"quantized_matmul: dependent_launch=True needs a Hopper GPU (sm_90) or newer, got "
-                              f"{torch.cuda.get_device_name(a.device) if a.is_cuda else a.device}")
-        for name, tensor in (("scales", scales), ("zeros", zeros)):
-            if tensor is not None and not tensor.is_contiguous():
-                raise LaunchError(f"quantized_matmul: with dependent_launch=True, {name} must be contiguous (the "
-                                  f"kernel reads it before the work queued before the call has ended, and a copy "
-                                  f"made here would be that work); got strides {tensor.stride()}")
-    tuned = use_tuned(tune, "quantized_matmul")
-    if tuned and config is not None:
-        raise LaunchError("quantized_matmul: give config or tune=True, not both (config fixes what tuning chooses)")
+    if compiling():  # torch.compile is tracing the call: it goes through the custom operators of quantized_op
+        from tilus_tvm.schedules.quantized_op import traced_call
+
+        return traced_call(a, packed_weight, scales, zeros, out, dtype=dtype, group_size=group_size, config=config,
+                           tune=tune, dependent_launch=dependent_launch)
+    fmt, shape, tuned = check_call(a, packed_weight, scales, zeros, out, dtype=dtype, group_size=group_size,
+                                   config=config, tune=tune, dependent_launch=dependent_launch)
     rows = a.reshape(-1, fmt.k)
     if not rows.is_contiguous():
         rows = rows.contiguous()
     m = rows.shape[0]
-    shape = (*a.shape[:-1], fmt.n)
     if out is None:
         out = torch.empty(shape, dtype=a.dtype, device=a.device)
-    elif tuple(out.shape) != shape or out.dtype != a.dtype or not out.is_contiguous():
-        raise LaunchError(f"quantized_matmul: out must be a contiguous {a.dtype} tensor of shape {list(shape)}, "
-                          f"got {out.dtype} {list(out.shape)}")
     half = bfloat16 if a.dtype == torch.bfloat16 else float16  # (the activations' type, checked above)
     scales = scales.contiguous()  # (as the kernel reads them, for tuning and the launch)
     if config is None:

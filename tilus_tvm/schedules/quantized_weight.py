@@ -138,6 +138,15 @@ class WeightFormat:
         if not (self.dtype.is_float and placeable(self.dtype)):
             half = "float16"  # (integers and unplaced types are stored the same for both)
         object.__setattr__(self, "placed_for", half)
+        # made once, here: torch.compile passes it to quantized_matmul's custom operator as a constant, where
+        # formatting the fields while tracing could meet them as symbolic ints (dynamic=True)
+        object.__setattr__(self, "spec", f"{self.dtype.name}:{self.k}:{self.n}:{self.group_size}:{half}:{self.k_tile}")
+
+    @classmethod
+    def from_spec(cls, spec: str) -> "WeightFormat":
+        """The format whose ``spec`` (``"dtype:k:n:group_size:placed_for:k_tile"``) is ``spec``."""
+        dtype, k, n, group_size, placed_for, k_tile = spec.split(":")
+        return cls(as_dtype(dtype), int(k), int(n), int(group_size), placed_for, int(k_tile))
 
     @property
     def kt(self) -> int:

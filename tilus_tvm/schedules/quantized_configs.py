@@ -30,7 +30,7 @@ __all__ = ["Config", "choose_config", "fit_units"]
 @dataclass(frozen=True)
 class Config:
     """A :class:`~tilus_tvm.schedules.quantized_matmul.QuantizedMatmul` configuration (its keyword arguments after
-    ``zero_points``)."""
+    ``zero_points``). ``text``: its fields as the text of a dict literal (inverse: :meth:`from_text`)."""
 
     warps: int = 4
     units_per_warp: int = 2

@@ -116,7 +116,7 @@ def check_group(k: int, group_size: Optional[int]) -> int:
 class WeightFormat:
     """How a quantized weight of ``dtype`` [k, n] with ``group_size`` is stored (module docstring); ``placed_for``:
     the activations' type (float16 or bfloat16) that a bit-placed float's placement is designed for (any other
-    type: float16, the one design)."""
+    type: float16, the one design). ``spec``: the format as text (inverse: :meth:`from_spec`)."""
 
     dtype: DataType
     k: int

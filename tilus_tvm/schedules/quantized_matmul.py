@@ -425,8 +425,7 @@ class QuantizedMatmul(tilus.Script):
         bn = warps * self.units_per_warp * 16
         self.attrs.blocks = [self.utils.ceil_div(m_size, bm), self.utils.ceil_div(fmt.n, bn), splits]
         self.attrs.warps = warps * kg
-        if self.dependent_launch:  # (see __init__: what goes before the wait reads only the weights)
-            self.attrs.dependent_launch = True
+        self.attrs.dependent_launch = self.dependent_launch  # (what goes before the wait reads only the weights)
         if self.min_blocks:
             self.attrs.min_blocks_per_sm = self.min_blocks
         m0: int32 = self.blockIdx.x * bm
